@@ -1,0 +1,58 @@
+"""Converting between the two RoPE pair layouts.
+
+``interleaved`` rotates pairs (2i, 2i+1) (paper, RoFormer, Hugging Face RoFormer); ``half``
+rotates pairs (i, i + d/2) (GPT-NeoX, LLaMA, MaxText), both with frequency theta_i. With the
+feature permutation P = [0, 2, 4, ..., d-2, 1, 3, ..., d-1],
+
+    rotate_half(P x) = P rotate_interleaved(x),
+
+and since a dot product is unchanged when both sides are permuted alike, permuting the output
+features of the query and key projections (per head) turns a model trained in one layout into
+the same model in the other: identical attention scores. Mixing the layouts up without this
+permutation is a classic porting bug (it changes hidden states only slightly, so it passes
+loose tests). Features past ``rotary_dim`` are not rotated and stay where they are.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rope import frequencies
+from rope import rotary
+
+
+def layout_permutation(head_dim: int, *, src: str, dst: str,
+                       rotary_dim: int | None = None) -> np.ndarray:
+  """Index array p of length head_dim with x_dst = x_src[..., p] for one head's features."""
+  rotary.check_layout(src)
+  rotary.check_layout(dst)
+  dim = frequencies.check_rotary_dim(head_dim, rotary_dim)
+  perm = np.arange(head_dim)
+  if src == dst:
+    return perm
+  to_half = np.concatenate([np.arange(0, dim, 2), np.arange(1, dim, 2)])
+  perm[:dim] = to_half if dst == 'half' else np.argsort(to_half)
+  return perm
+
+
+def convert_qk_projection(w: np.ndarray, *, head_dim: int, src: str, dst: str,
+                          rotary_dim: int | None = None, axis: int = -1) -> np.ndarray:
+  """Permutes a query/key projection kernel or bias from layout ``src`` to ``dst``.
+
+  Args:
+    w: an array whose ``axis`` holds the projection's output features, of size
+      num_heads * head_dim (heads outermost, as in a [embed, heads * head_dim] kernel) or an
+      axis of size head_dim (as in a [embed, heads, head_dim] kernel, with axis=-1).
+    head_dim, rotary_dim: the attention's head and rotated widths.
+    src, dst: the layouts.
+    axis: the output-feature axis.
+  Returns:
+    The permuted array: attention scores of the converted model in ``dst`` equal the original's.
+  """
+  w = np.asarray(w)
+  size = w.shape[axis]
+  if size % head_dim:
+    raise ValueError(f'Axis {axis} of size {size} is not a multiple of head_dim={head_dim}.')
+  perm = layout_permutation(head_dim, src=src, dst=dst, rotary_dim=rotary_dim)
+  full = (np.arange(size // head_dim)[:, None] * head_dim + perm[None, :]).reshape(-1)
+  return np.take(w, full, axis=axis)

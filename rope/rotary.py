@@ -1,0 +1,227 @@
+"""The rotary transform of RoFormer (Su et al. 2021), written the way the paper writes it.
+
+For one vector x in R^d at position m, RoPE multiplies x by the block-diagonal rotation (eq. 15)
+
+    R^d_{Theta,m} = diag(R(m theta_0), ..., R(m theta_{d/2-1})),
+    R(a) = [[cos a, -sin a], [sin a, cos a]],
+
+computed the efficient way (eq. 34): R x = x * cos(m theta) + rotate(x) * sin(m theta), where
+rotate maps each pair (x_a, x_b) to (-x_b, x_a). Nothing builds a d x d matrix.
+
+The paper pairs features (2i, 2i+1) (``layout='interleaved'``, as the original RoFormer and
+Hugging Face RoFormer); GPT-NeoX, LLaMA and MaxText pair (i, i + d/2) (``layout='half'``).
+The two differ only by a fixed permutation of features (see ``rope.layouts``).
+
+Structure:
+  * ``sincos_one(m, theta)``: the angles of one position, in float32.
+  * ``rotate_one(x_D, sin, cos)``: rotates one vector, given its position's sin/cos.
+  * ``apply_rotary_sincos``: ``rotate_one`` lifted with ``jax.vmap`` over heads, length and batch.
+  * ``Rotary``: a frozen (hashable) description of a RoPE variant: ``tables(positions)`` computes
+    sin/cos (and xPos scales) once per forward pass, ``apply(x, tables, role)`` is shared by every
+    layer.
+  * ``apply_rotary``: the one-call jitted form.
+
+Precision: angles m * theta are computed in float32 whatever the activation dtype (bfloat16
+angles are off by up to ~0.8 rad at a few thousand positions); the rotation itself is computed in
+float32 and rounded once to the input dtype.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rope import frequencies
+
+LAYOUTS = ('interleaved', 'half')
+ROLES = ('query', 'key', 'value')
+
+
+def check_layout(layout: str) -> None:
+  if layout not in LAYOUTS:
+    raise ValueError(f'Unknown RoPE layout {layout!r}; valid choices: {", ".join(LAYOUTS)}.')
+
+
+def sincos_one(m: jax.Array, theta_P: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """sin and cos of the angles m * theta_i of one position, float32 [d/2] each."""
+  angle_P = jnp.asarray(m, jnp.float32) * jnp.asarray(theta_P, jnp.float32)
+  return jnp.sin(angle_P), jnp.cos(angle_P)
+
+
+def _pairs(x_D: jax.Array, layout: str) -> tuple[jax.Array, jax.Array]:
+  """Splits a vector into the two members (a, b) of each rotated pair, [d/2] each."""
+  if layout == 'interleaved':
+    x_Px2 = x_D.reshape(-1, 2)  # pair swap by reshape, no strided slices
+    return x_Px2[:, 0], x_Px2[:, 1]
+  half = x_D.shape[-1] // 2
+  return x_D[:half], x_D[half:]
+
+
+def _unpairs(a_P: jax.Array, b_P: jax.Array, layout: str) -> jax.Array:
+  if layout == 'interleaved':
+    return jnp.stack([a_P, b_P], axis=-1).reshape(-1)
+  return jnp.concatenate([a_P, b_P], axis=-1)
+
+
+def rotate_one(x_D: jax.Array, sin_P: jax.Array, cos_P: jax.Array, *,
+               layout: str = 'interleaved') -> jax.Array:
+  """R^d_{Theta,m} x for one vector x [d] given sin/cos [d/2] of its position (paper eq. 34).
+
+  Each pair (a, b) becomes (a cos - b sin, b cos + a sin). Computed in float32, returned in
+  x's dtype. ``d`` here is the rotated width (the caller passes through the rest).
+  """
+  a_P, b_P = _pairs(x_D.astype(jnp.float32), layout)
+  out_D = _unpairs(a_P * cos_P - b_P * sin_P, b_P * cos_P + a_P * sin_P, layout)
+  return out_D.astype(x_D.dtype)
+
+
+def _check_shapes(x: jax.Array, positions: jax.Array) -> None:
+  if x.ndim < 3:
+    raise ValueError(
+        f'RoPE expects x of shape [..., length, heads, head_dim], got shape {x.shape}.')
+  if positions.shape != x.shape[:-2]:
+    raise ValueError(f'positions shape {positions.shape} does not match x shape {x.shape}: '
+                     f'positions must be [..., length] = {x.shape[:-2]}.')
+
+
+def _lift(fn, x_NxLxHxD_ndim: int):
+  """vmaps ``fn(x_D, *per_position)`` over heads (shared position), length and leading dims."""
+  fn = jax.vmap(fn, in_axes=(0,) + (None,) * 2)  # heads share their position's sin/cos
+  for _ in range(x_NxLxHxD_ndim - 2):  # length, then every leading (batch) dim
+    fn = jax.vmap(fn)
+  return fn
+
+
+def apply_rotary_sincos(x: jax.Array, sin: jax.Array, cos: jax.Array, *,
+                        layout: str = 'interleaved', rotary_dim: int | None = None) -> jax.Array:
+  """Rotates x [..., length, heads, head_dim] with precomputed sin/cos [..., length, rotary_dim/2].
+
+  Only the first ``rotary_dim`` features are rotated; the rest pass through bit-identical.
+  """
+  check_layout(layout)
+  rotary_dim = frequencies.check_rotary_dim(x.shape[-1], rotary_dim)
+  _check_shapes(x, sin[..., 0])
+  if sin.shape[-1] != rotary_dim // 2 or cos.shape != sin.shape:
+    raise ValueError(f'sin/cos of shape {sin.shape}/{cos.shape} do not fit rotary_dim='
+                     f'{rotary_dim}: expected [..., length, {rotary_dim // 2}].')
+  rotate = _lift(functools.partial(rotate_one, layout=layout), x.ndim)
+  if rotary_dim == x.shape[-1]:
+    return rotate(x, sin, cos)
+  rotated = rotate(x[..., :rotary_dim], sin, cos)
+  return jnp.concatenate([rotated, x[..., rotary_dim:]], axis=-1)
+
+
+class RotaryTables(NamedTuple):
+  """Per-position tables, computed once per forward pass and shared by every layer.
+
+  Attributes:
+    sin: float32 [..., length, rotary_dim/2].
+    cos: float32 [..., length, rotary_dim/2].
+    xpos: float32 [..., length, rotary_dim/2] xPos scales zeta^(m / scale_base), or None.
+  """
+
+  sin: jax.Array
+  cos: jax.Array
+  xpos: jax.Array | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Rotary:
+  """A RoPE variant: frequencies, layout, partial rotary, scaling and xPos.
+
+  Attributes:
+    head_dim: features per head (even).
+    base: theta_i = base^(-2i/rotary_dim).
+    layout: 'interleaved' (pairs (2i, 2i+1), the paper) or 'half' (pairs (i, i + d/2)).
+    rotary_dim: rotate the first rotary_dim features only (None: all); even, <= head_dim.
+    scaling: a ``frequencies.Scaling`` variant for length extrapolation, or None.
+    xpos: xPos (Sun et al. 2022, "A Length-Extrapolatable Transformer"): queries at position m
+      are multiplied per pair by zeta_i^(m / xpos_scale_base) and keys by zeta_i^(-m /
+      xpos_scale_base), zeta_i = (2i/d + 0.4) / 1.4, so q.k decays with (m - n). Scales grow
+      exponentially with |m|: keep positions within a few multiples of xpos_scale_base.
+    xpos_scale_base: the xPos length scale.
+  """
+
+  head_dim: int
+  base: float = 10000.0
+  layout: str = 'interleaved'
+  rotary_dim: int | None = None
+  scaling: frequencies.Scaling | None = None
+  xpos: bool = False
+  xpos_scale_base: float = 512.0
+
+  def __post_init__(self):
+    check_layout(self.layout)
+    frequencies.check_rotary_dim(self.head_dim, self.rotary_dim)
+    if not self.base > 1.0:
+      raise ValueError(f'RoPE base must be > 1, got {self.base}.')
+    if not self.xpos_scale_base > 0:
+      raise ValueError(f'xpos_scale_base must be > 0, got {self.xpos_scale_base}.')
+
+  @property
+  def dim(self) -> int:
+    """The number of rotated features."""
+    return self.head_dim if self.rotary_dim is None else self.rotary_dim
+
+  @property
+  def theta(self) -> np.ndarray:
+    """float32 [dim/2]: the (possibly scaled) frequencies."""
+    return frequencies.inv_frequencies(self.dim, self.base, self.scaling)
+
+  @property
+  def attention_factor(self) -> float:
+    """YaRN's multiplier on queries and keys (1 for everything else)."""
+    return self.scaling.attention_factor if self.scaling else 1.0
+
+  def tables(self, positions: jax.Array) -> RotaryTables:
+    """sin/cos (and xPos scales) for positions [...] (int or float): float32 [..., dim/2]."""
+    positions = jnp.asarray(positions)
+    theta_P = jnp.asarray(self.theta)
+    sincos = sincos_one
+    for _ in range(positions.ndim):
+      sincos = jax.vmap(sincos, in_axes=(0, None))
+    sin, cos = sincos(positions, theta_P)
+    xpos = None
+    if self.xpos:
+      zeta_P = (np.arange(0, self.dim, 2) / self.dim + 0.4) / 1.4
+      exponent = positions.astype(jnp.float32)[..., None] / self.xpos_scale_base
+      xpos = jnp.power(jnp.asarray(zeta_P, jnp.float32), exponent)
+    return RotaryTables(sin, cos, xpos)
+
+  def apply(self, x: jax.Array, tables: RotaryTables, role: str = 'query') -> jax.Array:
+    """Rotates x [..., length, heads, head_dim] with tables from ``self.tables``.
+
+    role: 'query' or 'key' (rotation, xPos scale zeta^m resp. zeta^-m, YaRN temperature) or
+      'value' (rotation only, as Hugging Face RoFormer's ``rotary_value``).
+    """
+    if role not in ROLES:
+      raise ValueError(f'Unknown role {role!r}; valid choices: {", ".join(ROLES)}.')
+    sin, cos = tables.sin, tables.cos
+    factor = 1.0 if role == 'value' else self.attention_factor
+    if role != 'value' and tables.xpos is not None:
+      scale = tables.xpos if role == 'query' else 1.0 / tables.xpos
+      sin, cos = sin * scale, cos * scale
+    if factor != 1.0:
+      sin, cos = sin * factor, cos * factor
+    return apply_rotary_sincos(x, sin, cos, layout=self.layout, rotary_dim=self.rotary_dim)
+
+
+@functools.partial(jax.jit, static_argnames=('base', 'layout', 'rotary_dim', 'scaling'))
+def apply_rotary(x: jax.Array, positions: jax.Array, *, base: float = 10000.0,
+                 layout: str = 'interleaved', rotary_dim: int | None = None,
+                 scaling: frequencies.Scaling | None = None) -> jax.Array:
+  """Applies RoPE to x [..., length, heads, head_dim] at positions [..., length].
+
+  Positions are explicit (int or float): offsets, packed sequences restarting at 0 and
+  per-example positions all work. Returns an array of x's shape and dtype. YaRN's attention
+  temperature is not applied here (use ``Rotary.apply`` with role='query'/'key').
+  """
+  rotary = Rotary(x.shape[-1], base=base, layout=layout, rotary_dim=rotary_dim, scaling=scaling)
+  _check_shapes(x, jnp.asarray(positions))
+  tables = rotary.tables(positions)
+  return apply_rotary_sincos(x, tables.sin, tables.cos, layout=layout, rotary_dim=rotary_dim)
