@@ -116,6 +116,20 @@ def apply_rotary_sincos(x: jax.Array, sin: jax.Array, cos: jax.Array, *,
   return jnp.concatenate([rotated, x[..., rotary_dim:]], axis=-1)
 
 
+def _materialize(arrays: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
+  """Returns the arrays unchanged, computed once instead of inside every consumer.
+
+  XLA (measured on CPU) fuses sin/cos into each op that uses the tables and so recomputes them
+  for every head of every layer: 8-16x slower than the rotation itself. A matmul by the
+  identity at HIGHEST precision is exact (x * 1 + 0 + ...) and is a fusion boundary, so the
+  tables are computed once. ``jax.lax.optimization_barrier`` does not survive CPU compilation.
+  """
+  stacked = jnp.stack(arrays)
+  eye = jnp.eye(stacked.shape[-1], dtype=stacked.dtype)
+  stacked = jnp.einsum('...p,pq->...q', stacked, eye, precision=jax.lax.Precision.HIGHEST)
+  return tuple(stacked)
+
+
 class RotaryTables(NamedTuple):
   """Per-position tables, computed once per forward pass and shared by every layer.
 
@@ -185,7 +199,7 @@ class Rotary:
     sincos = sincos_one
     for _ in range(positions.ndim):
       sincos = jax.vmap(sincos, in_axes=(0, None))
-    sin, cos = sincos(positions, theta_P)
+    sin, cos = _materialize(sincos(positions, theta_P))
     xpos = None
     if self.xpos:
       zeta_P = (np.arange(0, self.dim, 2) / self.dim + 0.4) / 1.4

@@ -1,0 +1,1 @@
+"""Reports and plots built from finished runs (imports matplotlib lazily)."""
