@@ -34,3 +34,54 @@ def plot_decay(path: str, *, head_dim: int = 128, base: float = 10000.0,
   fig.tight_layout()
   fig.savefig(path, dpi=120)
   plt.close(fig)
+
+
+def plot_learning_curves(path: str, runs, *, title: str) -> None:
+  """Validation accuracy vs step per scheme: mean over seeds with a min-max band."""
+  from analysis import report  # pylint: disable=g-import-not-at-top
+  plt = _pyplot()
+  fig, ax = plt.subplots(figsize=(7, 4))
+  for run in runs:
+    if not run.summary:
+      continue
+    steps, acc = report.learning_curve(run)
+    if not len(steps):
+      continue
+    mean = np.nanmean(acc, axis=0)
+    (line,) = ax.plot(steps, mean, label=run.position, marker='o', ms=3)
+    if acc.shape[0] > 1:
+      ax.fill_between(steps, np.nanmin(acc, 0), np.nanmax(acc, 0), color=line.get_color(),
+                      alpha=0.15)
+  ax.set_xlabel('train step')
+  ax.set_ylabel('validation accuracy')
+  ax.set_title(title)
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
+def plot_extrapolation(path: str, runs, *, title: str) -> None:
+  """Test accuracy vs evaluation length per scheme (mean, error bars = std over seeds)."""
+  plt = _pyplot()
+  fig, ax = plt.subplots(figsize=(7, 4))
+  for run in runs:
+    if not run.summary:
+      continue
+    points = sorted((r['length'], r['accuracy']) for r in run.summary['eval'].values()
+                    if 'accuracy' in r)
+    if not points:
+      continue
+    lengths = [p[0] for p in points]
+    acc = [np.asarray(p[1]) for p in points]
+    ax.errorbar(lengths, [a.mean() for a in acc],
+                yerr=[a.std(ddof=1) if a.size > 1 else 0 for a in acc],
+                label=run.position, marker='o', capsize=3)
+  ax.set_xscale('log', base=2)
+  ax.set_xlabel('evaluation length (tokens)')
+  ax.set_ylabel('test accuracy')
+  ax.set_title(title)
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)

@@ -56,7 +56,7 @@ def get_config() -> ml_collections.ConfigDict:
   r.llama3_low_freq_factor = 1.0  # Llama-3.1 scaling: wavelengths above original/low are divided by factor.
   r.llama3_high_freq_factor = 4.0  # Llama-3.1 scaling: wavelengths below original/high are kept.
   r.xpos = False  # xPos (Sun et al. 2022): exponential decay on queries (zeta^m) and keys (zeta^-m).
-  r.xpos_scale_base = 512.0  # xPos gamma: scale = ((2i/d) + gamma_frac) ... with this base.
+  r.xpos_scale_base = 512.0  # xPos length scale: q scaled by zeta_i^(m/scale_base), k by zeta_i^(-m/scale_base).
   r.rotary_value = False  # Also rotate values (Hugging Face RoFormer's rotary_value).
 
   # ---------------------------------------------------------------- optim
@@ -86,12 +86,13 @@ def get_config() -> ml_collections.ConfigDict:
   d.test_files = ''  # data.name=files: test paths (empty = use validation).
   d.text_column = 'text'  # data.name=files: column/key with the text.
   d.label_column = 'label'  # data.name=files: column/key with the label (names or integers).
-  d.shuffle_buffer = 10_000  # Train shuffle buffer (examples).
+  d.seed = 0  # Data-order seed, shared by all model seeds so seeds differ only in init and dropout.
   d.prefetch = 2  # Batches prefetched by tf.data.
 
   # ---------------------------------------------------------------- train
   c.train = t = ml_collections.ConfigDict()
-  t.seed = 0  # Seed for init, dropout and data order.
+  t.seed = 0  # Seed for parameter init and dropout (data order: data.seed).
+  t.num_seeds = 1  # Train seeds seed, seed+1, ... together in one vmapped step (batches shared).
   t.batch_size = 32  # Global batch size (split across hosts and data-parallel devices).
   t.num_steps = 300  # Optimizer steps.
   t.eval_every = 100  # Evaluate on the validation split every this many steps (and at the end).
@@ -99,5 +100,14 @@ def get_config() -> ml_collections.ConfigDict:
   t.checkpoint_every = 100  # Save a checkpoint every this many steps (and at the end).
   t.keep_checkpoints = 2  # Most recent checkpoints kept (plus the best by validation accuracy).
   t.eval_batch_size = 64  # Global batch size for evaluation.
+  t.skip_nonfinite = False  # On a NaN/Inf loss or gradient: False stops the run; True skips the update and counts it.
+  t.compilation_cache_dir = '~/.cache/roformer_jax/xla'  # JAX persistent compilation cache ('' = off).
+
+  # ---------------------------------------------------------------- mesh
+  # Device mesh; one axis may be -1 (fills the remaining devices).
+  c.mesh = ms = ml_collections.ConfigDict()
+  ms.data = -1  # Data-parallel axis.
+  ms.fsdp = 1  # Fully sharded data-parallel axis (parameters sharded, batch split too).
+  ms.tensor = 1  # Tensor-parallel axis (heads and MLP sharded).
 
   return c

@@ -1,0 +1,43 @@
+"""Runs a position-scheme ablation grid and writes the report (report.md, results.csv/json,
+plots) into the workdir.
+
+  python ablate.py --config=configs/ablation/probes.py --workdir=runs/probes
+
+Finished runs are skipped, so rerunning the same command resumes an interrupted sweep;
+--only=... runs a slice (glob patterns over run names, or i:j); --report_only rebuilds the
+report from finished runs without training.
+"""
+
+import shlex
+import sys
+
+from absl import app
+from absl import flags
+from ml_collections import config_flags
+
+import training
+from training import ablation
+
+FLAGS = flags.FLAGS
+config_flags.DEFINE_config_file('config', 'configs/ablation/probes.py', 'Ablation config.',
+                                lock_config=True)
+flags.DEFINE_string('workdir', None, 'Directory for all runs and the report.', required=True)
+flags.DEFINE_string('only', '', "Run only these cells: glob patterns ('*/rotary,*/alibi') or "
+                    "a slice ('0:7').")
+flags.DEFINE_bool('report_only', False, 'Rebuild the report from finished runs; no training.')
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  command = 'python ' + ' '.join(shlex.quote(a) for a in sys.argv)
+  if FLAGS.report_only:
+    cells = ablation.select(ablation.grid(FLAGS.config), FLAGS.only)
+    print(ablation.build_report(FLAGS.config, FLAGS.workdir, cells, command=command))
+    return
+  training.setup_runtime(FLAGS.config)
+  print(ablation.run_grid(FLAGS.config, FLAGS.workdir, only=FLAGS.only, command=command))
+
+
+if __name__ == '__main__':
+  app.run(main)

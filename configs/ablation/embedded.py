@@ -1,0 +1,18 @@
+"""The full embedded ablation: all schemes x 3 seeds on the three position probes, ListOps and
+the fortunes topic dataset (real human-written text), all offline.
+
+  python ablate.py --config=configs/ablation/embedded.py --workdir=runs/embedded
+"""
+
+from configs.ablation import probes
+
+
+def get_config():
+  c = probes.get_config()
+  c.ablation.datasets = ('position_probes/order,position_probes/distance,'
+                         'position_probes/nearest,listops/small,fortunes')
+  c.data.max_length = 128  # Long enough for ListOps (small) and most fortunes.
+  c.train.num_steps = 1000
+  c.train.eval_every = 200
+  c.train.checkpoint_every = 500
+  return c

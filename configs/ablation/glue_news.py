@@ -1,0 +1,20 @@
+"""SST-2 and AG News with the `small` preset at 256 bytes (prepared TFDS data needed).
+
+  python ablate.py --config=configs/ablation/glue_news.py --workdir=runs/glue_news \
+      --config.data.data_dir=/path/to/tensorflow_datasets
+"""
+
+from configs.ablation import probes
+
+
+def get_config():
+  c = probes.get_config()
+  c.ablation.datasets = 'glue/sst2,ag_news_subset'
+  c.model.size = 'small'
+  c.data.max_length = 256
+  c.train.num_steps = 10000
+  c.train.eval_every = 1000
+  c.train.checkpoint_every = 1000
+  c.optim.learning_rate = 5e-4
+  c.optim.warmup_steps = 500
+  return c

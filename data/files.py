@@ -1,0 +1,230 @@
+"""The user's own data: local CSV, TSV or JSONL files with a text and a label column.
+
+* Format by extension: ``.csv``; ``.tsv``/``.tab`` (tab-separated); ``.jsonl``/``.ndjson`` (one
+  JSON object per line; blank lines skipped). CSV/TSV files need a header row.
+* Texts are kept as raw bytes: invalid UTF-8 is passed through unchanged (the byte tokenizer sees
+  the original bytes), empty texts are valid examples.
+* Labels are integers (class ids 0..n-1) when every training label is an integer, otherwise class
+  names. The class list is taken from the training labels (integers: ``0..max``; names: sorted)
+  and saved as ``workdir/classes.json``; when that file exists it is reused, so the class ids do
+  not change on resume or evaluation.
+* No validation files: a fixed 10% of the training rows (seeded, independent of the run's seed)
+  is held out. No test files: the test split is the validation split.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import functools
+import json
+import os
+import re
+from typing import Iterator
+
+import numpy as np
+
+from data import cache
+from data.sources import shard_bounds
+
+CLASSES_FILE = 'classes.json'
+HOLDOUT_FRACTION = 0.1
+_HOLDOUT_SEED = 0
+_INTEGER = re.compile(r'-?\d+')
+
+
+@dataclasses.dataclass(frozen=True)
+class _Row:
+  """One parsed row: where it came from (for error messages), its text and its raw label."""
+
+  where: str  # "path, row N (line M)".
+  text: bytes
+  label: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Classes:
+  """The classes of a files dataset.
+
+  Attributes:
+    names: class names, in id order (integer labels: '0', '1', ...).
+    integer_labels: labels in the files are class ids rather than names.
+  """
+
+  names: tuple[str, ...]
+  integer_labels: bool
+
+  def label_id(self, row: _Row) -> int:
+    """The class id of a row's label; ValueError naming the file and row if it is not a class."""
+    if self.integer_labels:
+      if not _INTEGER.fullmatch(row.label):
+        raise ValueError(f'{row.where}: label {row.label!r} is not an integer class id')
+      label = int(row.label)
+      if not 0 <= label < len(self.names):
+        raise ValueError(f'{row.where}: label {label} is outside the class range '
+                         f'[0, {len(self.names)})')
+      return label
+    if row.label not in self._ids:
+      raise ValueError(f'{row.where}: unknown label {row.label!r}; classes: {list(self.names)}')
+    return self._ids[row.label]
+
+  @functools.cached_property
+  def _ids(self) -> dict[str, int]:
+    return {name: i for i, name in enumerate(self.names)}
+
+
+def _to_bytes(text: str) -> bytes:
+  """Text read with errors='surrogateescape' -> the original bytes."""
+  try:
+    return text.encode('utf-8', errors='surrogateescape')
+  except UnicodeEncodeError:  # Lone surrogates from JSON escapes such as "\ud800".
+    return text.encode('utf-8', errors='replace')
+
+
+def _read_delimited(path: str, delimiter: str, text_column: str,
+                    label_column: str) -> Iterator[_Row]:
+  with open(path, newline='', encoding='utf-8', errors='surrogateescape') as f:
+    reader = csv.DictReader(f, delimiter=delimiter)
+    for column in (text_column, label_column):
+      if reader.fieldnames is None or column not in reader.fieldnames:
+        raise ValueError(f'{path}: no column {column!r} in the header {reader.fieldnames}')
+    for i, record in enumerate(reader, start=1):
+      where = f'{path}, row {i} (line {reader.line_num})'
+      text, label = record[text_column], record[label_column]
+      if text is None or label is None:
+        raise ValueError(f'{where}: fewer fields than the header')
+      yield _Row(where, _to_bytes(text), label.strip())
+
+
+def _read_jsonl(path: str, text_column: str, label_column: str) -> Iterator[_Row]:
+  with open(path, encoding='utf-8', errors='surrogateescape') as f:
+    for line_number, line in enumerate(f, start=1):
+      if not line.strip():
+        continue
+      where = f'{path}, row {line_number} (line {line_number})'
+      try:
+        record = json.loads(line)
+      except json.JSONDecodeError as e:
+        raise ValueError(f'{where}: invalid JSON: {e}') from e
+      if not isinstance(record, dict) or text_column not in record or label_column not in record:
+        raise ValueError(f'{where}: expected an object with keys {text_column!r} and '
+                         f'{label_column!r}')
+      text, label = record[text_column], record[label_column]
+      text = '' if text is None else text if isinstance(text, str) else json.dumps(text)
+      yield _Row(where, _to_bytes(text), str(label).strip())
+
+
+def read_rows(path: str, text_column: str, label_column: str) -> list[_Row]:
+  """All rows of one file, in order.
+
+  Raises:
+    FileNotFoundError: if the file does not exist.
+    ValueError: on an unknown extension, a missing column, or an empty label.
+  """
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f'Data file {path!r} not found')
+  extension = os.path.splitext(path)[1].lower()
+  if extension == '.csv':
+    rows = list(_read_delimited(path, ',', text_column, label_column))
+  elif extension in ('.tsv', '.tab'):
+    rows = list(_read_delimited(path, '\t', text_column, label_column))
+  elif extension in ('.jsonl', '.ndjson'):
+    rows = list(_read_jsonl(path, text_column, label_column))
+  else:
+    raise ValueError(f'{path}: unknown extension {extension!r}; use .csv, .tsv, .tab, .jsonl '
+                     'or .ndjson')
+  for row in rows:
+    if not row.label:
+      raise ValueError(f'{row.where}: empty label')
+  return rows
+
+
+def _split_paths(paths: str) -> list[str]:
+  return [p.strip() for p in paths.split(',') if p.strip()]
+
+
+def infer_classes(rows: list[_Row]) -> Classes:
+  """The classes of training rows: ids 0..max if all labels are integers, else sorted names."""
+  if not rows:
+    raise ValueError('No training rows to infer the classes from')
+  if all(_INTEGER.fullmatch(row.label) for row in rows):
+    for row in rows:
+      if int(row.label) < 0:
+        raise ValueError(f'{row.where}: negative integer label {row.label}')
+    num_classes = max(int(row.label) for row in rows) + 1
+    return Classes(tuple(str(i) for i in range(num_classes)), integer_labels=True)
+  return Classes(tuple(sorted({row.label for row in rows})), integer_labels=False)
+
+
+def load_or_save_classes(workdir: str | None, rows: list[_Row]) -> Classes:
+  """Reads ``workdir/classes.json``, or infers the classes from ``rows`` and writes it there."""
+  path = os.path.join(workdir, CLASSES_FILE) if workdir else None
+  if path and os.path.exists(path):
+    with open(path) as f:
+      saved = json.load(f)
+    return Classes(tuple(saved['class_names']), saved['integer_labels'])
+  classes = infer_classes(rows)
+  if path:
+    os.makedirs(workdir, exist_ok=True)
+    content = {'class_names': list(classes.names), 'integer_labels': classes.integer_labels}
+    cache.write_atomically(path, json.dumps(content, indent=1).encode())
+  return classes
+
+
+class FilesSource:
+  """Train/validation/test splits of local files, parsed and checked in memory.
+
+  Args:
+    train_files, validation_files, test_files: comma-separated paths (see the module docstring
+      for empty validation and test).
+    text_column, label_column: column names or JSON keys.
+    workdir: where ``classes.json`` is kept (None: inferred, not saved).
+
+  Raises:
+    ValueError: naming the file and row of a label that is not one of the classes (and see
+      ``read_rows``).
+  """
+
+  splits = ('train', 'validation', 'test')
+
+  def __init__(self, *, train_files: str, validation_files: str, test_files: str,
+               text_column: str, label_column: str, workdir: str | None):
+    if not _split_paths(train_files):
+      raise ValueError('data.name=files needs data.train_files (comma-separated paths)')
+
+    def read(paths: str) -> list[_Row]:
+      return [row for p in _split_paths(paths) for row in read_rows(p, text_column, label_column)]
+
+    train = read(train_files)
+    classes = load_or_save_classes(workdir, train)
+    if _split_paths(validation_files):
+      validation = read(validation_files)
+    else:
+      held_out = np.zeros(len(train), bool)
+      perm = np.random.default_rng(_HOLDOUT_SEED).permutation(len(train))
+      held_out[perm[:int(len(train) * HOLDOUT_FRACTION)]] = True
+      validation = [row for row, h in zip(train, held_out) if h]
+      train = [row for row, h in zip(train, held_out) if not h]
+    test = read(test_files) if _split_paths(test_files) else validation
+    self.class_names = classes.names
+    self._examples = {
+        split: (np.array([row.text for row in rows], dtype=object),
+                np.array([classes.label_id(row) for row in rows], np.int32))
+        for split, rows in (('train', train), ('validation', validation), ('test', test))
+    }
+
+  def num_examples(self, split: str) -> int:
+    return len(self._examples[split][1])
+
+  def read(self, split: str, shard_index: int = 0,
+           shard_count: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Shard ``shard_index`` of ``shard_count`` contiguous, near-equal parts of a split.
+
+    Returns:
+      texts: object [n] of bytes.
+      labels: int32 [n].
+    """
+    texts, labels = self._examples[split]
+    start, stop = shard_bounds(len(labels), shard_index, shard_count)
+    return texts[start:stop], labels[start:stop]
+

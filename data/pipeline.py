@@ -1,0 +1,96 @@
+"""tf.data pipelines from in-memory examples to NumPy batches.
+
+A batch is a dict of NumPy arrays:
+
+* ``inputs``: int32 [b, L] token ids: [CLS], the text's tokens, then 0 (padding);
+* ``positions``: int32 [b, L] position of each token counted from [CLS] = 0 (0 at padding);
+* ``label``: int32 [b] class ids;
+* ``weight``: float32 [b]: 1 for a real example, 0 for padding added to fill the last eval batch.
+
+Training order: the example used at slot j of step s (local batch size b) is the
+``(s * b + j) mod n``-th entry of a permutation of the host's n examples that depends only on
+(seed, epoch = (s * b + j) // n, n). Each example index is computed from its slot alone
+(``tf.random.experimental.index_shuffle``), so starting at step s costs nothing and yields exactly
+the batches a fresh iterator yields from step s on; every epoch is reshuffled.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from data import tokenizers
+
+Batch = dict[str, np.ndarray]
+
+
+def _features(tokenizer: tokenizers.Tokenizer, texts: tf.Tensor, labels: tf.Tensor,
+              weights: tf.Tensor, length: int) -> dict[str, tf.Tensor]:
+  """Tokenized batch: texts tf.string [b], labels int32 [b], weights float32 [b] -> Batch."""
+  inputs = tokenizer.encode_batch(texts, length)
+  positions = tf.where(inputs != tokenizers.PAD_ID, tf.range(length)[tf.newaxis, :], 0)
+  return {'inputs': inputs, 'positions': positions, 'label': labels, 'weight': weights}
+
+
+def train_batches(texts: np.ndarray, labels: np.ndarray, tokenizer: tokenizers.Tokenizer, *,
+                  length: int, batch_size: int, seed: int, start_step: int,
+                  prefetch: int) -> Iterator[Batch]:
+  """Infinite shuffled training batches of this host's examples, from step ``start_step`` on.
+
+  Args:
+    texts: object [n] of bytes; labels: int32 [n] (this host's shard, n >= 1).
+    tokenizer: turns texts into [CLS] + tokens.
+    length: L, tokens per example.
+    batch_size: examples per batch on this host.
+    seed: data-order seed.
+    start_step: the first batch yielded is batch number start_step.
+    prefetch: batches prepared ahead by tf.data.
+  """
+  num = len(labels)
+  all_texts = tf.constant(texts, tf.string)
+  all_labels = tf.constant(labels, tf.int32)
+
+  def example_index(slot: tf.Tensor) -> tf.Tensor:
+    """Slot (examples since step 0) -> index of the example there: its place in its epoch's
+    permutation."""
+    seed_pair = tf.stack([tf.constant(seed, tf.int64), slot // num])
+    last = tf.constant(num - 1, tf.int64)
+    return tf.random.experimental.index_shuffle(slot % num, seed_pair, last)
+
+  def batch(indices: tf.Tensor) -> dict[str, tf.Tensor]:
+    return _features(tokenizer, tf.gather(all_texts, indices), tf.gather(all_labels, indices),
+                     tf.ones([batch_size], tf.float32), length)
+
+  ds = tf.data.Dataset.counter(start=start_step * batch_size)
+  ds = ds.map(example_index, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  ds = ds.batch(batch_size).map(batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  return iter(tfds.as_numpy(ds.prefetch(prefetch)))
+
+
+def eval_batches(texts: np.ndarray, labels: np.ndarray, tokenizer: tokenizers.Tokenizer, *,
+                 length: int, batch_size: int, num_batches: int, prefetch: int) -> Iterator[Batch]:
+  """Exactly ``num_batches`` batches of the given examples in order, then weight-0 padding.
+
+  Args:
+    texts: object [n] of bytes; labels: int32 [n], n <= num_batches * batch_size.
+    tokenizer: turns texts into [CLS] + tokens.
+    length: L, tokens per example.
+    batch_size: examples per batch on this host.
+    num_batches: batches to yield (the same on every host).
+    prefetch: batches prepared ahead by tf.data.
+  """
+  num_padding = num_batches * batch_size - len(labels)
+  if num_padding < 0:
+    raise ValueError(f'{len(labels)} examples do not fit {num_batches} batches of {batch_size}')
+  texts = np.concatenate([texts, np.full([num_padding], b'', object)])
+  labels = np.concatenate([labels, np.zeros([num_padding], np.int32)])
+  weights = np.concatenate([np.ones([len(labels) - num_padding], np.float32),
+                            np.zeros([num_padding], np.float32)])
+  ds = tf.data.Dataset.from_tensor_slices((tf.constant(texts, tf.string), labels, weights))
+  ds = ds.batch(batch_size).map(
+      lambda t, y, w: _features(tokenizer, t, y, w, length),
+      num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  return iter(tfds.as_numpy(ds.prefetch(prefetch)))

@@ -1,0 +1,126 @@
+"""Where examples come from: TFDS builders (downloaded elsewhere, or embedded and generated here).
+
+A source has named splits of (text, label) examples and reads a split, or one host's shard of it,
+into memory as NumPy arrays: texts (object [n] of bytes) and labels (int32 [n]).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Protocol
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+
+class Source(Protocol):
+  """Named splits of labelled texts."""
+
+  splits: tuple[str, ...]
+  class_names: tuple[str, ...]
+
+  def num_examples(self, split: str) -> int:
+    """Examples in the whole split."""
+
+  def read(self, split: str, shard_index: int = 0,
+           shard_count: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Part ``shard_index`` of ``shard_count`` disjoint parts of a split, reading only that part.
+
+    Returns:
+      texts: object [n] of bytes.
+      labels: int32 [n].
+    """
+
+
+def shard_bounds(num: int, index: int, count: int) -> tuple[int, int]:
+  """[start, stop) of part ``index`` when ``num`` items are cut into ``count`` contiguous parts
+  whose sizes differ by at most one."""
+  return num * index // count, num * (index + 1) // count
+
+
+@dataclasses.dataclass(frozen=True)
+class TextFields:
+  """How a TFDS dataset's examples become (text, label).
+
+  Attributes:
+    text_keys: features joined with a newline into the text (e.g. AG News title and description).
+    splits: our split name -> TFDS split spec (which may slice a TFDS split).
+  """
+
+  text_keys: tuple[str, ...]
+  splits: dict[str, str]
+
+
+# The TFDS text datasets. Where a dataset has no labelled validation split, the last slice of its
+# training split is held out for validation (TFDS shuffles examples when it prepares a dataset, so
+# the slice is a random sample). GLUE's SST-2 test labels are hidden (-1), so its labelled GLUE
+# validation split is our test split, as papers report SST-2 dev accuracy.
+TFDS_TEXT_DATASETS = {
+    'imdb_reviews': TextFields(('text',), {
+        'train': 'train[:90%]', 'validation': 'train[90%:]', 'test': 'test'}),
+    'glue/sst2': TextFields(('sentence',), {
+        'train': 'train[:95%]', 'validation': 'train[95%:]', 'test': 'validation'}),
+    'ag_news_subset': TextFields(('title', 'description'), {
+        'train': 'train[:95%]', 'validation': 'train[95%:]', 'test': 'test'}),
+    'yelp_polarity_reviews': TextFields(('text',), {
+        'train': 'train[:99%]', 'validation': 'train[99%:]', 'test': 'test'}),
+}
+
+
+class TfdsSource:
+  """Splits of a prepared TFDS builder with a ``label`` ClassLabel feature."""
+
+  def __init__(self, builder: tfds.core.DatasetBuilder, fields: TextFields):
+    self._builder = builder
+    self._fields = fields
+    self.splits = tuple(fields.splits)
+    self.class_names = tuple(builder.info.features['label'].names)
+
+  def num_examples(self, split: str) -> int:
+    return self._builder.info.splits[self._fields.splits[split]].num_examples
+
+  def read(self, split: str, shard_index: int = 0,
+           shard_count: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    spec = self._fields.splits[split]
+    if shard_count > 1:
+      spec = tfds.even_splits(spec, n=shard_count)[shard_index]
+    ds = self._builder.as_dataset(split=spec, shuffle_files=False)
+    ds = ds.map(lambda ex: (tf.strings.join([ex[k] for k in self._fields.text_keys], '\n'),
+                            tf.cast(ex['label'], tf.int32)))
+    texts, labels = [np.zeros([0], object)], [np.zeros([0], np.int32)]
+    for text_batch, label_batch in tfds.as_numpy(ds.batch(4096)):
+      texts.append(text_batch.astype(object))
+      labels.append(label_batch)
+    return np.concatenate(texts), np.concatenate(labels)
+
+
+def tfds_text_source(name: str, data_dir: str | None) -> TfdsSource:
+  """A source for one of ``TFDS_TEXT_DATASETS``, which must already be prepared in data_dir.
+
+  Raises:
+    FileNotFoundError: (within a second, without any network access) if it is not prepared,
+      saying how to prepare it.
+  """
+  builder = tfds.builder(name, data_dir=data_dir)
+  if not builder.is_prepared():
+    raise FileNotFoundError(
+        f'TFDS dataset {name!r} is not prepared: no data in {builder.data_dir}, and it is not '
+        'downloaded automatically. On a machine with internet, run '
+        f'`tfds build {name} --data_dir=DIR` (pip install tensorflow-datasets), copy '
+        f'DIR/{name.split("/")[0]} into the data_dir here (data.data_dir, default '
+        '~/tensorflow_datasets), or set --config.data.data_dir to a copy of DIR.')
+  return TfdsSource(builder, TFDS_TEXT_DATASETS[name])
+
+
+def embedded_source(builder: tfds.core.GeneratorBasedBuilder) -> TfdsSource:
+  """A source for an embedded builder (``text`` and ``label`` features), generated on first use."""
+  prepare(builder)
+  return TfdsSource(builder, TextFields(('text',), {s: s for s in builder.info.splits}))
+
+
+def prepare(builder: tfds.core.GeneratorBasedBuilder) -> None:
+  """Generates an embedded dataset into its data_dir unless it is already there (no download)."""
+  if not builder.is_prepared():
+    builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
+        compute_stats=tfds.download.ComputeStatsMode.SKIP))

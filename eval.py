@@ -1,0 +1,28 @@
+"""Evaluates a trained workdir, optionally at lengths beyond training.
+
+  python eval.py --workdir=/tmp/run --eval_lengths=128,256
+"""
+
+from absl import app
+from absl import flags
+
+from training import evaluation
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string('workdir', None, 'The train.py workdir to evaluate.', required=True)
+flags.DEFINE_string('checkpoint', 'best', "'best' (validation accuracy), 'latest' or a step.")
+flags.DEFINE_string('split', 'test', 'Split evaluated at the training length.')
+flags.DEFINE_string('eval_lengths', '', 'Comma-separated lengths to evaluate at, e.g. 128,256.')
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  results = evaluation.evaluate_workdir(
+      FLAGS.workdir, checkpoint=FLAGS.checkpoint, split=FLAGS.split,
+      eval_lengths=evaluation.parse_lengths(FLAGS.eval_lengths))
+  print(evaluation.format_table(results))
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -1,0 +1,587 @@
+"""Hugging Face RoFormer checkpoints -> this codebase's ``Classifier`` (exact, no torch needed).
+
+  result = models.hf.load_hf_roformer('path/to/hf_checkpoint_dir', deterministic=True)
+  model = result.model()                       # a models.Classifier
+  positions = jnp.broadcast_to(jnp.arange(length), ids.shape)   # HF uses 0 .. L-1
+  logits = model(ids, positions, attention_mask, token_type_ids)
+  hidden = model.encode(ids, positions, attention_mask, token_type_ids)  # last_hidden_state
+
+Reads ``RoFormerModel`` (keys with or without the ``roformer.`` prefix) and
+``RoFormerForSequenceClassification`` (``roformer.*`` + ``classifier.{dense,out_proj}``)
+checkpoints from a directory holding ``config.json`` and ``model.safetensors`` (also sharded,
+``model.safetensors.index.json``), ``pytorch_model.bin`` (``torch.load(weights_only=True)``, never
+plain pickle) or ``flax_model.msgpack``; or from a single weights file. Reading safetensors and
+msgpack needs neither torch nor transformers.
+
+The mapping is one to one (``models/encoder.py`` mirrors HF's module order); torch [out, in]
+kernels become [in, out], attention projections [embed, heads, head_dim] and the output
+projection [heads, head_dim, embed]. HF's ``encoder.embed_positions.weight`` is the fixed
+sinusoidal table (base 10000, interleaved pairs); it is checked, not stored (this model computes
+it). A checkpoint without a classification head (a base or MLM model) gets a freshly initialised
+head (from ``key``); other heads (MLM, token classification, QA) are listed in ``unused_keys``.
+
+``save_converted`` / ``load_converted`` store a conversion as orbax params plus a JSON config
+(``scripts/convert_hf.py`` is the command line). HF positions are 0 .. L-1 per sequence; this
+model takes positions explicitly, so pass that arange. Pass the attention mask too: HF's default
+is all ones, this model's is ``ids != 0``. HF's rotary table ends at ``max_position_embeddings``;
+this model has no such limit.
+
+Options beyond a plain copy, all exact (same logits):
+* ``layout='half'``: the query/key projections (and value/output with ``rotary_value``) are
+  permuted per head with ``rope.convert_qk_projection``, so the model runs in the GPT-NeoX/LLaMA
+  rotary layout.
+* ``type_vocab_size=0``: HF always adds token type 0's embedding; it is folded into the word
+  embeddings, so inputs without token types give HF's output for ``token_type_ids = 0``.
+
+Config mapping (``config_overrides``): num_hidden_layers -> model.num_layers, hidden_size,
+num_attention_heads -> model.num_heads, intermediate_size -> model.mlp_dim, embedding_size,
+hidden_dropout_prob -> model.dropout_rate, attention_probs_dropout_prob ->
+model.attention_dropout_rate, layer_norm_eps, type_vocab_size, rotary_value -> rope.rotary_value;
+fixed: position=rotary, softmax attention, post-LN, CLS pooling, rope base 10000, full-width
+rotation. ``hidden_act`` must be exact GELU ('gelu'), the only activation this model has.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+import rope
+from models.config import ModelConfig, RopeConfig
+from models.encoder import Classifier, init
+
+CONFIG_NAME = 'config.json'
+WEIGHT_NAMES = ('model.safetensors', 'model.safetensors.index.json', 'pytorch_model.bin',
+                'pytorch_model.bin.index.json', 'flax_model.msgpack')
+HF_LAYOUT = 'interleaved'  # HF RoFormer rotates pairs (2i, 2i+1)
+HF_ROPE_BASE = 10000.0
+EXACT_GELU = ('gelu', 'gelu_python')
+_PREFIX = 'roformer.'
+_HEAD_KEYS = ('classifier.dense.weight', 'classifier.dense.bias', 'classifier.out_proj.weight',
+              'classifier.out_proj.bias')
+
+# ---------------------------------------------------------------------------------- reading
+
+
+def _weights_file(path: str) -> str:
+  if os.path.isfile(path):
+    return path
+  if not os.path.isdir(path):
+    raise FileNotFoundError(f'No Hugging Face checkpoint at {path!r} (neither file nor directory).')
+  for name in WEIGHT_NAMES:
+    candidate = os.path.join(path, name)
+    if os.path.isfile(candidate):
+      return candidate
+  raise FileNotFoundError(f'No weights in {path!r}: expected one of {", ".join(WEIGHT_NAMES)}.')
+
+
+def _read_safetensors(path: str) -> dict[str, np.ndarray]:
+  from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
+  try:
+    return load_file(path)
+  except TypeError:  # bfloat16: numpy has no such dtype; read the (simple) format directly
+    return _read_safetensors_raw(path)
+
+
+def _read_safetensors_raw(path: str) -> dict[str, np.ndarray]:
+  """Reads a safetensors file with ml_dtypes for bfloat16 (8-byte header size, JSON, data)."""
+  import ml_dtypes  # pylint: disable=g-import-not-at-top
+  dtypes = {'F64': np.float64, 'F32': np.float32, 'F16': np.float16, 'BF16': ml_dtypes.bfloat16,
+            'I64': np.int64, 'I32': np.int32, 'I16': np.int16, 'I8': np.int8, 'U8': np.uint8,
+            'BOOL': np.bool_}
+  with open(path, 'rb') as f:
+    header_size = int.from_bytes(f.read(8), 'little')
+    header = json.loads(f.read(header_size))
+    data = f.read()
+  out = {}
+  for name, info in header.items():
+    if name == '__metadata__':
+      continue
+    start, end = info['data_offsets']
+    out[name] = np.frombuffer(data[start:end], dtypes[info['dtype']]).reshape(info['shape'])
+  return out
+
+
+def _read_torch(path: str) -> dict[str, np.ndarray]:
+  import torch  # pylint: disable=g-import-not-at-top
+  state = torch.load(path, map_location='cpu', weights_only=True)
+  return {name: (t.float() if t.dtype == torch.bfloat16 else t).numpy()
+          for name, t in state.items()}
+
+
+def _read_flax(path: str) -> dict[str, np.ndarray]:
+  """A Flax ``flax_model.msgpack`` as torch-style names and layouts."""
+  from flax import serialization  # pylint: disable=g-import-not-at-top
+  with open(path, 'rb') as f:
+    tree = serialization.msgpack_restore(f.read())
+  out = {}
+  for key_path, value in jax.tree_util.tree_flatten_with_path(tree)[0]:
+    names = [str(getattr(k, 'key', k)) for k in key_path]
+    value = np.asarray(value)
+    leaf = names[-1]
+    if leaf == 'kernel':  # Flax Dense [in, out] -> torch Linear [out, in]
+      names[-1], value = 'weight', value.T
+    elif leaf in ('scale', 'embedding'):
+      names[-1] = 'weight'
+    out['.'.join(names)] = value
+  return out
+
+
+def _read_sharded(index_path: str) -> dict[str, np.ndarray]:
+  with open(index_path) as f:
+    shards = sorted(set(json.load(f)['weight_map'].values()))
+  out = {}
+  for shard in shards:
+    out.update(load_state_dict(os.path.join(os.path.dirname(index_path), shard)))
+  return out
+
+
+def load_state_dict(path: str) -> dict[str, np.ndarray]:
+  """HF parameter name -> numpy array, from a checkpoint directory or one weights file.
+
+  Formats: ``*.safetensors``, ``*.bin`` / ``*.pt`` (torch, loaded with ``weights_only=True``),
+  ``*.msgpack`` (Flax; renamed and transposed to torch's names and [out, in] layout), and the
+  sharded ``*.index.json`` of the first two. bfloat16 torch tensors become float32.
+  """
+  weights = _weights_file(path)
+  if weights.endswith('.index.json'):
+    return _read_sharded(weights)
+  if weights.endswith('.safetensors'):
+    return _read_safetensors(weights)
+  if weights.endswith(('.bin', '.pt', '.pth')):
+    return _read_torch(weights)
+  if weights.endswith('.msgpack'):
+    return _read_flax(weights)
+  raise ValueError(f'Unknown weights format {weights!r}: expected .safetensors, .bin, .pt or '
+                   '.msgpack.')
+
+
+def load_hf_config(path: str) -> dict[str, Any]:
+  """The ``config.json`` of a checkpoint directory (or the JSON file itself) as a dict."""
+  if os.path.isdir(path):
+    path = os.path.join(path, CONFIG_NAME)
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f'No Hugging Face config at {path!r}.')
+  with open(path) as f:
+    return json.load(f)
+
+
+# ---------------------------------------------------------------------------------- config
+
+
+def _hf_dict(hf_config: Mapping[str, Any] | Any) -> dict[str, Any]:
+  """Accepts a config dict or a ``transformers.RoFormerConfig``."""
+  if hasattr(hf_config, 'to_dict'):
+    hf_config = hf_config.to_dict()
+  return dict(hf_config)
+
+
+def _check_supported(c: Mapping[str, Any]) -> None:
+  model_type = c.get('model_type', 'roformer')
+  if model_type != 'roformer':
+    raise ValueError(f'Not a RoFormer config: model_type={model_type!r}.')
+  act = c.get('hidden_act', 'gelu')
+  if act not in EXACT_GELU:
+    raise ValueError(f'hidden_act={act!r} is not supported: models/encoder.py uses exact (erf) '
+                     f'GELU, which is HF\'s {" / ".join(map(repr, EXACT_GELU))}.')
+  if c.get('is_decoder') or c.get('add_cross_attention'):
+    raise ValueError('Decoder RoFormer checkpoints (is_decoder / add_cross_attention) are not '
+                     'supported: this model is a bidirectional encoder.')
+  if c['hidden_size'] % c['num_attention_heads']:
+    raise ValueError(f'hidden_size={c["hidden_size"]} is not divisible by '
+                     f'num_attention_heads={c["num_attention_heads"]}.')
+
+
+def config_overrides(hf_config: Mapping[str, Any] | Any, *,
+                     layout: str = HF_LAYOUT) -> dict[str, Any]:
+  """Dotted ``configs/default.py`` overrides that make the model a HF RoFormer of this config.
+
+  Keys are config paths ('model.num_layers', 'rope.rotary_value', ...), usable as
+  ``--config.model.num_layers=...`` flags. The vocabulary and class count are not config
+  fields (they come from the data); see ``model_config``.
+  """
+  c = _hf_dict(hf_config)
+  _check_supported(c)
+  hidden = c['hidden_size']
+  return {
+      'model.position': 'rotary',
+      'model.attention': 'softmax',
+      'model.num_layers': c['num_hidden_layers'],
+      'model.hidden_size': hidden,
+      'model.num_heads': c['num_attention_heads'],
+      'model.mlp_dim': c['intermediate_size'],
+      'model.embedding_size': c.get('embedding_size') or hidden,
+      'model.dropout_rate': float(c.get('hidden_dropout_prob', 0.1)),
+      'model.attention_dropout_rate': float(c.get('attention_probs_dropout_prob', 0.1)),
+      'model.norm': 'post',
+      'model.layer_norm_eps': float(c.get('layer_norm_eps', 1e-12)),
+      'model.pooling': 'cls',
+      'model.type_vocab_size': int(c.get('type_vocab_size', 2)),
+      'rope.base': HF_ROPE_BASE,
+      'rope.layout': layout,
+      'rope.rotary_dim': None,
+      'rope.scaling': 'none',
+      'rope.xpos': False,
+      'rope.rotary_value': bool(c.get('rotary_value', False)),
+  }
+
+
+def model_config(hf_config: Mapping[str, Any] | Any, *, num_classes: int | None = None,
+                 layout: str = HF_LAYOUT, **changes: Any) -> ModelConfig:
+  """The ``ModelConfig`` of a HF RoFormer config.
+
+  Args:
+    hf_config: ``config.json`` as a dict, or a ``transformers.RoFormerConfig``.
+    num_classes: classifier outputs; None: the config's labels (``id2label`` / ``num_labels``,
+      HF's default 2).
+    layout: rotary layout to run in ('interleaved' as HF, or 'half' with permuted weights).
+    **changes: further ``ModelConfig`` fields (e.g. ``deterministic=True``,
+      ``type_vocab_size=0``, ``dtype='bfloat16'``). Changing the architecture (position, norm,
+      pooling, attention) loses the equivalence with HF.
+  """
+  c = _hf_dict(hf_config)
+  overrides = config_overrides(c, layout=layout)
+  if num_classes is None:
+    num_classes = len(c['id2label']) if c.get('id2label') else int(c.get('num_labels', 2))
+  fields = {key.partition('.')[2]: value for key, value in overrides.items()
+            if key.startswith('model.')}
+  rope_fields = {key.partition('.')[2]: value for key, value in overrides.items()
+                 if key.startswith('rope.')}
+  fields.update(vocab_size=int(c['vocab_size']), num_classes=int(num_classes),
+                rope=RopeConfig(**rope_fields))
+  fields.update(changes)
+  return ModelConfig(**fields)
+
+
+# ---------------------------------------------------------------------------------- weights
+
+
+def sinusoidal_table(num_positions: int, dim: int) -> np.ndarray:
+  """HF RoFormer's ``embed_positions`` table [positions, dim]: sin(m theta_i) then cos."""
+  theta = HF_ROPE_BASE ** (-np.arange(0, dim, 2, dtype=np.float64) / dim)
+  angle = np.arange(num_positions, dtype=np.float64)[:, None] * theta
+  return np.concatenate([np.sin(angle), np.cos(angle)], axis=-1).astype(np.float32)
+
+
+def strip_prefix(state_dict: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """Drops the ``roformer.`` prefix of a task model's encoder keys (base keys pass through)."""
+  return {k[len(_PREFIX):] if k.startswith(_PREFIX) else k: v for k, v in state_dict.items()}
+
+
+def _ln_name(name: str) -> str:
+  """Old TF-ported checkpoints name LayerNorm parameters gamma/beta."""
+  return name.replace('LayerNorm.gamma', 'LayerNorm.weight').replace('LayerNorm.beta',
+                                                                     'LayerNorm.bias')
+
+
+class _Converter:
+  """Fills a pure params dict from HF tensors, checking every shape against the model."""
+
+  def __init__(self, state_dict: Mapping[str, np.ndarray], cfg: ModelConfig):
+    self.sd = {_ln_name(k): v for k, v in strip_prefix(state_dict).items()}
+    self.cfg = cfg
+    self.used: set[str] = set()
+    abstract = nnx.eval_shape(lambda: Classifier(cfg, rngs=nnx.Rngs(0)))
+    self.target = nnx.to_pure_dict(nnx.state(abstract, nnx.Param))
+    self.params: dict[Any, Any] = {}
+
+  def has(self, name: str) -> bool:
+    return name in self.sd
+
+  def get(self, name: str) -> np.ndarray:
+    if name not in self.sd:
+      raise KeyError(f'Hugging Face checkpoint lacks {name!r} (needed by this model config).')
+    self.used.add(name)
+    return np.asarray(self.sd[name], np.float32)
+
+  def put(self, path: tuple[Any, ...], value: np.ndarray, source: str) -> None:
+    node = self.target
+    for key in path:
+      if not isinstance(node, Mapping) or key not in node:
+        raise ValueError(f'Model has no parameter {"/".join(map(str, path))} (for HF {source!r});'
+                         ' the ModelConfig does not match the checkpoint.')
+      node = node[key]
+    if tuple(node.shape) != value.shape:
+      raise ValueError(f'Shape mismatch for HF {source!r} -> {"/".join(map(str, path))}: '
+                       f'checkpoint gives {value.shape}, model expects {tuple(node.shape)}.')
+    out = self.params
+    for key in path[:-1]:
+      out = out.setdefault(key, {})
+    out[path[-1]] = value
+
+  def linear(self, hf: str, path: tuple[Any, ...], in_shape=None, out_shape=None) -> None:
+    """torch Linear ``hf`` [out, in] -> kernel [*in_shape, *out_shape] and bias [*out_shape]."""
+    w = self.get(f'{hf}.weight')
+    if w.ndim != 2:
+      raise ValueError(f'HF {hf + ".weight"!r} should be a 2-D [out, in] matrix, got {w.shape}.')
+    b = self.get(f'{hf}.bias')
+    kernel = w.T
+    if in_shape is not None or out_shape is not None:
+      in_shape = in_shape or (w.shape[1],)
+      out_shape = out_shape or (w.shape[0],)
+      if np.prod(in_shape) != w.shape[1] or np.prod(out_shape) != w.shape[0]:
+        raise ValueError(f'Shape mismatch for HF {hf + ".weight"!r}: {w.shape} cannot be '
+                         f'reshaped to [{", ".join(map(str, out_shape + in_shape))}] (out, in).')
+      kernel = kernel.reshape(*in_shape, *out_shape)
+      b = b.reshape(out_shape)
+    self.put(path + ('kernel',), kernel, f'{hf}.weight')
+    self.put(path + ('bias',), b, f'{hf}.bias')
+
+  def layer_norm(self, hf: str, path: tuple[Any, ...]) -> None:
+    self.put(path + ('scale',), self.get(f'{hf}.weight'), f'{hf}.weight')
+    self.put(path + ('bias',), self.get(f'{hf}.bias'), f'{hf}.bias')
+
+  def check_sinusoidal(self) -> None:
+    name = 'encoder.embed_positions.weight'
+    if not self.has(name):
+      return
+    table = self.get(name)
+    expected = sinusoidal_table(table.shape[0], self.cfg.head_dim)
+    if table.shape != expected.shape or not np.allclose(table, expected, atol=1e-5):
+      raise ValueError(f'HF {name!r} ({table.shape}) is not the standard RoFormer sinusoidal '
+                       f'table (base {HF_ROPE_BASE:g}, head_dim {self.cfg.head_dim}); this model '
+                       'computes that table and cannot reproduce a different one.')
+
+
+def _permute_layout(params: dict[Any, Any], cfg: ModelConfig) -> None:
+  """In place: HF's interleaved pairs -> ``cfg.rope.layout`` (no-op for interleaved)."""
+  dst = cfg.rope.layout
+  if dst == HF_LAYOUT:
+    return
+
+  def permute(w: np.ndarray, axis: int) -> np.ndarray:
+    return rope.convert_qk_projection(w, head_dim=cfg.head_dim, src=HF_LAYOUT, dst=dst,
+                                      rotary_dim=cfg.rope.rotary_dim, axis=axis)
+
+  for layer in params['layers'].values():
+    attn = layer['attention']
+    rotated = ('query', 'key', 'value') if cfg.rope.rotary_value else ('query', 'key')
+    for name in rotated:  # output features (head_dim, the last axis) of the projection
+      attn[name]['kernel'] = permute(attn[name]['kernel'], -1)
+      attn[name]['bias'] = permute(attn[name]['bias'], -1)
+    if cfg.rope.rotary_value:  # rotated values: the output projection reads permuted features
+      attn['output']['kernel'] = permute(attn['output']['kernel'], 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Converted:
+  """A converted state dict.
+
+  Attributes:
+    params: pure params dict (``nnx.merge(graphdef, params)`` / ``nnx.replace_by_pure_dict``).
+    has_head: the classification head came from the checkpoint (else freshly initialised).
+    unused_keys: checkpoint keys this model has no use for (e.g. an MLM head).
+  """
+
+  params: dict[Any, Any]
+  has_head: bool
+  unused_keys: tuple[str, ...]
+
+
+def convert_state_dict(state_dict: Mapping[str, np.ndarray], cfg: ModelConfig, *,
+                       init_params: Mapping[Any, Any] | None = None) -> Converted:
+  """HF RoFormer tensors (torch names and layouts) -> this model's params for ``cfg``.
+
+  Args:
+    state_dict: HF name -> array (``load_state_dict``, or ``{k: v.numpy()}`` of a torch
+      ``state_dict()``); the ``roformer.`` prefix is optional.
+    cfg: the model config (``model_config``). ``cfg.rope.layout='half'`` permutes the rotated
+      projections; ``cfg.type_vocab_size=0`` folds token type 0 into the word embeddings.
+    init_params: a pure params dict of a fresh model (``nnx.to_pure_dict`` of ``init``'s
+      params), used for the classification head when the checkpoint has none.
+  Returns:
+    ``Converted``; every array is float32 numpy.
+  Raises:
+    ValueError / KeyError naming the parameter on a missing tensor or a shape mismatch.
+  """
+  if cfg.position != 'rotary' or cfg.attention != 'softmax' or cfg.norm != 'post':
+    raise ValueError('HF RoFormer is a post-LN softmax encoder with rotary positions; got '
+                     f'position={cfg.position!r}, attention={cfg.attention!r}, norm={cfg.norm!r}.')
+  conv = _Converter(state_dict, cfg)
+  conv.check_sinusoidal()
+  heads, head_dim, hidden = cfg.num_heads, cfg.head_dim, cfg.hidden_size
+
+  word = conv.get('embeddings.word_embeddings.weight')
+  if cfg.type_vocab_size:
+    conv.put(('embeddings', 'token_type_embeddings', 'embedding'),
+             conv.get('embeddings.token_type_embeddings.weight'),
+             'embeddings.token_type_embeddings.weight')
+  elif conv.has('embeddings.token_type_embeddings.weight'):
+    # No token types in this model: HF's embedding of type 0 is a constant row; fold it in.
+    word = word + conv.get('embeddings.token_type_embeddings.weight')[0]
+  conv.put(('embeddings', 'word_embeddings', 'embedding'), word,
+           'embeddings.word_embeddings.weight')
+  conv.layer_norm('embeddings.LayerNorm', ('embeddings', 'layer_norm'))
+  if cfg.embedding_size != hidden:
+    conv.linear('embeddings_project', ('embeddings_project',))
+  elif conv.has('embeddings_project.weight'):
+    raise ValueError('Checkpoint has embeddings_project but the config has embedding_size == '
+                     f'hidden_size == {hidden}.')
+
+  for i in range(cfg.num_layers):
+    hf, ours = f'encoder.layer.{i}', ('layers', i)
+    for name in ('query', 'key', 'value'):
+      conv.linear(f'{hf}.attention.self.{name}', ours + ('attention', name),
+                  out_shape=(heads, head_dim))
+    conv.linear(f'{hf}.attention.output.dense', ours + ('attention', 'output'),
+                in_shape=(heads, head_dim))
+    conv.layer_norm(f'{hf}.attention.output.LayerNorm', ours + ('attention_norm',))
+    conv.linear(f'{hf}.intermediate.dense', ours + ('intermediate',))
+    conv.linear(f'{hf}.output.dense', ours + ('output',))
+    conv.layer_norm(f'{hf}.output.LayerNorm', ours + ('output_norm',))
+  if conv.has(f'encoder.layer.{cfg.num_layers}.attention.self.query.weight'):
+    raise ValueError(f'Checkpoint has more than num_layers={cfg.num_layers} layers.')
+
+  present = [k for k in _HEAD_KEYS if conv.has(k)]
+  has_head = len(present) == len(_HEAD_KEYS)
+  if present and not has_head:
+    raise ValueError(f'Incomplete classification head in checkpoint: has {present}, needs '
+                     f'{list(_HEAD_KEYS)}.')
+  if has_head:
+    conv.linear('classifier.dense', ('head', 'dense'))
+    conv.linear('classifier.out_proj', ('head', 'out_proj'))
+  elif init_params is None:
+    raise ValueError('Checkpoint has no classification head (classifier.dense / '
+                     'classifier.out_proj): pass init_params from a fresh model to initialise it.')
+  else:
+    conv.params['head'] = jax.tree.map(lambda x: np.asarray(x, np.float32),
+                                       dict(init_params['head']))
+
+  _check_complete(conv.params, conv.target)
+  _permute_layout(conv.params, cfg)
+  unused = tuple(sorted(k for k in conv.sd
+                        if k not in conv.used and k != 'encoder.embed_positions.weight'))
+  return Converted(params=conv.params, has_head=has_head, unused_keys=unused)
+
+
+def _check_complete(params: Mapping[Any, Any], target: Mapping[Any, Any], prefix: str = ''):
+  for key, sub in target.items():
+    name = f'{prefix}{key}'
+    if key not in params:
+      raise ValueError(f'No checkpoint tensor for model parameter {name!r}.')
+    if isinstance(sub, Mapping):
+      _check_complete(params[key], sub, name + '/')
+
+
+# ---------------------------------------------------------------------------------- one call
+
+
+@dataclasses.dataclass(frozen=True)
+class HFRoFormer:
+  """A converted checkpoint: ``cfg`` and ``params`` build the model (``model()``).
+
+  Attributes:
+    cfg: the ModelConfig.
+    params: pure params dict (float32 numpy).
+    overrides: the dotted ``configs/default.py`` overrides (``config_overrides``).
+    has_head: whether the classification head came from the checkpoint.
+    unused_keys: checkpoint tensors not used (e.g. an MLM head).
+  """
+
+  cfg: ModelConfig
+  params: dict[Any, Any]
+  overrides: dict[str, Any]
+  has_head: bool
+  unused_keys: tuple[str, ...]
+
+  def model(self) -> Classifier:
+    """The ``Classifier`` with these parameters."""
+    abstract = nnx.eval_shape(lambda: Classifier(self.cfg, rngs=nnx.Rngs(0)))
+    graphdef, state = nnx.split(abstract, nnx.Param)
+    nnx.replace_by_pure_dict(state, jax.tree.map(jnp.asarray, self.params))
+    return nnx.merge(graphdef, state)
+
+
+def load_hf_roformer(path: str, *, num_classes: int | None = None, layout: str = HF_LAYOUT,
+                     key: jax.Array | None = None, **changes: Any) -> HFRoFormer:
+  """Reads and converts a HF RoFormer checkpoint (directory with ``config.json``).
+
+  Args:
+    path: checkpoint directory (``save_pretrained`` output).
+    num_classes: classifier outputs. None: the checkpoint head's (or the config's labels when
+      there is no head). A value different from the checkpoint head's raises.
+    layout: 'interleaved' (as HF) or 'half' (weights permuted; identical outputs).
+    key: PRNG key for a fresh classification head (checkpoints without one); default key 0.
+    **changes: further ``ModelConfig`` fields, e.g. ``deterministic=True``.
+  """
+  hf_config = load_hf_config(path)
+  state_dict = load_state_dict(path)
+  stripped = strip_prefix(state_dict)
+  out_proj = stripped.get('classifier.out_proj.weight')
+  if out_proj is not None:
+    if num_classes is not None and num_classes != out_proj.shape[0]:
+      raise ValueError(f'num_classes={num_classes} but the checkpoint head has '
+                       f'{out_proj.shape[0]} classes; pass num_classes=None to keep it.')
+    num_classes = out_proj.shape[0]
+  word = stripped.get('embeddings.word_embeddings.weight')
+  if (word is not None and 'embeddings_project.weight' not in stripped and
+      'embedding_size' not in changes and word.shape[1] == hf_config['hidden_size']):
+    # Flax RoFormer ignores embedding_size (no projection): follow the weights.
+    changes['embedding_size'] = hf_config['hidden_size']
+  cfg = model_config(hf_config, num_classes=num_classes, layout=layout, **changes)
+  init_params = None
+  if out_proj is None:
+    key = jax.random.key(0) if key is None else key
+    init_params = nnx.to_pure_dict(init(cfg, key)[1])
+    logging.info('HF checkpoint %s has no classification head: initialised a fresh one.', path)
+  converted = convert_state_dict(state_dict, cfg, init_params=init_params)
+  if converted.unused_keys:
+    logging.info('Unused HF tensors: %s', ', '.join(converted.unused_keys))
+  overrides = {name: getattr(cfg.rope if name.startswith('rope.') else cfg,
+                             name.partition('.')[2])
+               for name in config_overrides(hf_config, layout=layout)}
+  return HFRoFormer(cfg=cfg, params=converted.params, overrides=overrides,
+                    has_head=converted.has_head, unused_keys=converted.unused_keys)
+
+
+# ---------------------------------------------------------------------------------- saving
+
+PARAMS_DIR = 'params'
+METADATA_NAME = 'hf_conversion.json'
+
+
+def save_converted(result: HFRoFormer, directory: str, *, source: str = '') -> None:
+  """Writes ``directory/params`` (orbax, the pure params dict) and ``hf_conversion.json``.
+
+  The JSON holds the ModelConfig fields, the config overrides, ``has_head``, ``unused_keys``
+  and ``source``; ``load_converted`` reads both back. Overwrites an existing conversion.
+  """
+  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  directory = os.path.abspath(directory)
+  os.makedirs(directory, exist_ok=True)
+  with ocp.StandardCheckpointer() as checkpointer:
+    checkpointer.save(os.path.join(directory, PARAMS_DIR), result.params, force=True)
+  metadata = {'source': source, 'model_config': dataclasses.asdict(result.cfg),
+              'overrides': result.overrides, 'has_head': result.has_head,
+              'unused_keys': list(result.unused_keys)}
+  with open(os.path.join(directory, METADATA_NAME), 'w') as f:
+    json.dump(metadata, f, indent=2)
+
+
+def load_converted(directory: str, **changes: Any) -> HFRoFormer:
+  """Reads a ``save_converted`` directory; ``changes`` replace ModelConfig fields (e.g.
+  ``deterministic=True``) that do not change parameter shapes."""
+  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  directory = os.path.abspath(directory)
+  with open(os.path.join(directory, METADATA_NAME)) as f:
+    metadata = json.load(f)
+  fields = dict(metadata['model_config'])
+  fields['rope'] = RopeConfig(**fields['rope'])
+  cfg = ModelConfig(**fields).replace(**changes)
+  abstract = nnx.eval_shape(lambda: Classifier(cfg, rngs=nnx.Rngs(0)))
+  target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
+                        nnx.to_pure_dict(nnx.state(abstract, nnx.Param)))
+  with ocp.StandardCheckpointer() as checkpointer:
+    params = checkpointer.restore(os.path.join(directory, PARAMS_DIR), target)
+  params = jax.tree.map(np.asarray, params)
+  return HFRoFormer(cfg=cfg, params=params, overrides=metadata['overrides'],
+                    has_head=metadata['has_head'], unused_keys=tuple(metadata['unused_keys']))

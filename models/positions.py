@@ -1,0 +1,436 @@
+"""Position schemes, a registry by name (``model.position``).
+
+Every scheme is at most three hooks, so attention never knows which scheme it runs:
+
+* ``embed(x, positions)``: a term added to the token embeddings (sinusoidal, learned).
+* ``bias``: an additive float32 logits term [batch or 1, heads, length_q, length_k] (t5, alibi),
+  possibly query-dependent (shaw keys: q_i . a_(j-i) / sqrt(head_dim)).
+* ``rotate``: a rotation of queries, keys (and optionally values) (rotary, via ``rope.Rotary``).
+
+A ``PositionScheme`` (one per model) holds the shared parameters, applies ``embed`` and computes
+a ``PositionContext`` once per forward pass from the explicit positions (rotary sin/cos tables,
+bias tensors, relative-distance one-hots); every encoder layer shares it. Each layer's attention
+owns a ``LayerHooks`` made by the scheme (with per-layer parameters for Shaw) and calls
+``rotate``, ``bias`` and, where a scheme mixes relative representations into the values (Shaw with
+``model.shaw_values``), ``value_term`` on the attention probabilities.
+
+Relative schemes compute distances from the explicit positions, relative[b, i, j] =
+positions[b, j] - positions[b, i] (key minus query), so shifting all positions changes nothing.
+Positions are integer arrays [batch, length]; nothing here invents an arange.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+import rope
+from models import sharding
+
+if TYPE_CHECKING:
+  from models.config import ModelConfig
+
+_INIT = nnx.initializers.normal(stddev=0.02)
+
+
+class LengthError(ValueError):
+  """A sequence is longer than the position scheme supports (raised at trace time)."""
+
+
+class PositionContext(NamedTuple):
+  """Per-forward-pass position state, shared by all layers (a pytree; unused fields are None).
+
+  Attributes:
+    rotary_tables: ``rope.RotaryTables`` (float32 sin/cos [batch, length, rotary_dim/2]).
+    bias: float32 additive logits term [batch, heads, length_q, length_k].
+    relative: one-hot clipped relative distances [batch, length_q, length_k, 2k+1] (Shaw), in
+      the compute dtype.
+  """
+
+  rotary_tables: rope.RotaryTables | None = None
+  bias: jax.Array | None = None
+  relative: jax.Array | None = None
+
+
+def relative_positions(positions_BxL: jax.Array) -> jax.Array:
+  """int32 [batch, length_q, length_k]: positions[b, j] - positions[b, i] (key minus query)."""
+  positions_BxL = positions_BxL.astype(jnp.int32)
+  return positions_BxL[:, None, :] - positions_BxL[:, :, None]
+
+
+class LayerHooks(nnx.Module):
+  """The per-layer hooks an attention layer calls. This base is the identity / no-bias case.
+
+  Attributes:
+    rotary: the ``rope.Rotary`` that linear attention applies to phi(q), phi(k) (None: none).
+    mixes_values: whether ``value_term`` adds to the attention output; attention then forms
+      explicit probabilities instead of calling ``jax.nn.dot_product_attention``.
+  """
+
+  rotary: rope.Rotary | None = None
+  mixes_values: bool = False
+
+  def rotate(self, x_BxLxHxD: jax.Array, ctx: PositionContext, role: str) -> jax.Array:
+    """Rotates queries, keys or values (role 'query', 'key', 'value'); same shape and dtype."""
+    del ctx, role
+    return x_BxLxHxD
+
+  def bias(self, q_BxLxHxD: jax.Array, ctx: PositionContext) -> jax.Array | None:
+    """float32 logits term [batch or 1, heads, length_q, length_k], or None."""
+    del q_BxLxHxD
+    return ctx.bias
+
+  def value_term(self, probs_BxHxLxL: jax.Array, ctx: PositionContext) -> jax.Array | None:
+    """Added to the attention output [batch, length, heads, head_dim], or None."""
+    del probs_BxHxLxL, ctx
+    return None
+
+
+class PositionScheme(nnx.Module):
+  """Base scheme; every hook defaults to "no position information". Schemes override some.
+
+  Class attributes:
+    paper: the reference.
+    supports_linear: usable with ``model.attention='linear'`` (no logits to bias).
+    options: the scheme-specific switches (config paths) that only this scheme accepts.
+  """
+
+  paper: ClassVar[str] = ''
+  supports_linear: ClassVar[bool] = True
+  options: ClassVar[tuple[str, ...]] = ()
+
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    del cfg, rngs
+
+  @classmethod
+  def check(cls, cfg: ModelConfig) -> None:
+    """Raises ValueError for options that this scheme cannot use."""
+
+  def embed(self, x_BxLxE: jax.Array, positions_BxL: jax.Array) -> jax.Array:
+    """Adds absolute position information to token embeddings [batch, length, embedding]."""
+    del positions_BxL
+    return x_BxLxE
+
+  def prepare(self, positions_BxL: jax.Array) -> PositionContext:
+    """Computes the state that every layer shares, once per forward pass."""
+    del positions_BxL
+    return PositionContext()
+
+  def layer_hooks(self, *, rngs: nnx.Rngs) -> LayerHooks:
+    """The hooks of one encoder layer (called once per layer at construction)."""
+    del rngs
+    return LayerHooks()
+
+
+SCHEMES: dict[str, type[PositionScheme]] = {}
+
+
+def register(name: str):
+  """Class decorator adding a scheme to ``SCHEMES`` under ``name``."""
+
+  def add(cls: type[PositionScheme]) -> type[PositionScheme]:
+    SCHEMES[name] = cls
+    return cls
+
+  return add
+
+
+def _switches(cfg: ModelConfig) -> list[str]:
+  """The scheme-specific switches set away from their defaults."""
+  return (['model.shaw_values'] if cfg.shaw_values else []) + cfg.rope.non_default_fields()
+
+
+def validate(cfg: ModelConfig) -> None:
+  """Checks ``cfg.position`` and the options that depend on it (ValueError listing choices)."""
+  if cfg.position not in SCHEMES:
+    raise ValueError(f'model.position={cfg.position!r} is not valid; valid choices: '
+                     f'{", ".join(SCHEMES)}.')
+  scheme = SCHEMES[cfg.position]
+  if cfg.attention == 'linear' and not scheme.supports_linear:
+    linear_ok = [name for name, s in SCHEMES.items() if s.supports_linear]
+    raise ValueError(f'model.position={cfg.position!r} adds to the attention logits, which '
+                     f'model.attention=linear never forms; with linear attention valid choices '
+                     f'are: {", ".join(linear_ok)}.')
+  for switch in _switches(cfg):
+    if switch not in scheme.options:
+      owners = [name for name, s in SCHEMES.items() if switch in s.options]
+      raise ValueError(f'{switch} only applies to model.position={" or ".join(owners)}, not '
+                       f'{cfg.position!r}; reset it or change model.position.')
+  scheme.check(cfg)
+
+
+def build(cfg: ModelConfig, *, rngs: nnx.Rngs) -> PositionScheme:
+  """The scheme named by ``cfg.position``."""
+  return SCHEMES[cfg.position](cfg, rngs=rngs)
+
+
+@register('none')
+class NoPositions(PositionScheme):
+  """No position information: the sanity baseline (attention sees a bag of tokens)."""
+
+  paper = 'None (baseline): attention is permutation-equivariant without positions.'
+
+
+def sinusoidal_table(positions_BxL: jax.Array, width: int) -> jax.Array:
+  """float32 [batch, length, width]: PE[m, 2i] = sin(m w_i), PE[m, 2i+1] = cos(m w_i).
+
+  w_i = 10000^(-2i/width), Vaswani et al. (2017), section 3.5, evaluated at explicit positions.
+  """
+  omega_P = jnp.asarray(10000.0 ** (-np.arange(0, width, 2) / width), jnp.float32)
+  angle_BxLxP = positions_BxL.astype(jnp.float32)[..., None] * omega_P
+  pe_BxLxPx2 = jnp.stack([jnp.sin(angle_BxLxP), jnp.cos(angle_BxLxP)], axis=-1)
+  return pe_BxLxPx2.reshape(*positions_BxL.shape, width)
+
+
+@register('sinusoidal')
+class Sinusoidal(PositionScheme):
+  """Fixed sinusoidal embeddings added to the token embeddings."""
+
+  paper = 'Vaswani et al. (2017), "Attention Is All You Need", section 3.5.'
+
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    del rngs
+    self.width = cfg.embedding_size
+
+  @classmethod
+  def check(cls, cfg: ModelConfig) -> None:
+    if cfg.embedding_size % 2:
+      raise ValueError(f'model.position=sinusoidal needs an even embedding width, got '
+                       f'model.embedding_size={cfg.embedding_size}.')
+
+  def embed(self, x_BxLxE: jax.Array, positions_BxL: jax.Array) -> jax.Array:
+    return x_BxLxE + sinusoidal_table(positions_BxL, self.width).astype(x_BxLxE.dtype)
+
+
+@register('learned')
+class Learned(PositionScheme):
+  """Learned absolute embeddings for positions 0 .. max_length - 1 (BERT).
+
+  A sequence longer than ``model.max_length`` raises at trace time. Position *values* are traced,
+  so one outside [0, max_length) cannot raise: its embedding is NaN (never a silently clipped
+  row), which makes the outputs NaN.
+  """
+
+  paper = ('Devlin et al. (2019), "BERT: Pre-training of Deep Bidirectional Transformers for '
+           'Language Understanding" (learned absolute positions, Gehring et al. 2017).')
+
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    self.max_length = cfg.max_length
+    self.embedding = nnx.Param(
+        _INIT(rngs.params(), (cfg.max_length, cfg.embedding_size), jnp.float32),
+        **sharding.param_metadata((None, sharding.EMBED)))
+
+  def embed(self, x_BxLxE: jax.Array, positions_BxL: jax.Array) -> jax.Array:
+    length = positions_BxL.shape[1]
+    if length > self.max_length:
+      raise LengthError(f'Sequence length {length} exceeds model.max_length={self.max_length}, '
+                       'the number of learned position embeddings; raise model.max_length or '
+                       'use another model.position.')
+    valid_BxL = (positions_BxL >= 0) & (positions_BxL < self.max_length)
+    rows_BxLxE = jnp.take(self.embedding[...], jnp.where(valid_BxL, positions_BxL, 0), axis=0)
+    pe_BxLxE = jnp.where(valid_BxL[..., None], rows_BxLxE, jnp.nan)
+    return x_BxLxE + pe_BxLxE.astype(x_BxLxE.dtype)
+
+
+class ShawHooks(LayerHooks):
+  """One layer's relative representations a^K (and a^V) for clipped distances -k .. k."""
+
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    num_relative = 2 * cfg.shaw_max_distance + 1
+    metadata = sharding.param_metadata((None, sharding.KV))
+    self.key_table = nnx.Param(
+        _INIT(rngs.params(), (num_relative, cfg.head_dim), jnp.float32), **metadata)
+    self.value_table = nnx.data(None)
+    if cfg.shaw_values:
+      self.value_table = nnx.Param(
+          _INIT(rngs.params(), (num_relative, cfg.head_dim), jnp.float32), **metadata)
+    self.mixes_values = cfg.shaw_values
+
+  def bias(self, q_BxLxHxD: jax.Array, ctx: PositionContext) -> jax.Array:
+    """q_i . a^K_(j-i) / sqrt(head_dim) (eq. 4), as two einsums through the one-hot distances."""
+    table_RxD = self.key_table[...].astype(q_BxLxHxD.dtype)
+    qa_BxHxLxR = jnp.einsum('blhd,rd->bhlr', q_BxLxHxD, table_RxD,
+                            preferred_element_type=jnp.float32)
+    bias_BxHxLxL = jnp.einsum('bhlr,blmr->bhlm', qa_BxHxLxR, ctx.relative,
+                              preferred_element_type=jnp.float32)
+    return bias_BxHxLxL / math.sqrt(q_BxLxHxD.shape[-1])
+
+  def value_term(self, probs_BxHxLxL: jax.Array, ctx: PositionContext) -> jax.Array | None:
+    """sum_j p_ij a^V_(j-i) (eq. 3), in the probabilities' dtype."""
+    if self.value_table is None:
+      return None
+    mass_BxHxLxR = jnp.einsum('bhlm,blmr->bhlr', probs_BxHxLxL, ctx.relative)
+    return jnp.einsum('bhlr,rd->blhd', mass_BxHxLxR,
+                      self.value_table[...].astype(probs_BxHxLxL.dtype))
+
+
+@register('shaw')
+class Shaw(PositionScheme):
+  """Relative position representations on keys (and values), clipped at +-k, per layer.
+
+  Gather-free: distances become a one-hot [batch, length, length, 2k+1] once per forward pass
+  (O(batch length^2 k) memory), and each layer contracts it with its tables.
+  """
+
+  paper = ('Shaw, Uszkoreit and Vaswani (2018), "Self-Attention with Relative Position '
+           'Representations".')
+  supports_linear = False
+  options = ('model.shaw_values',)
+
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    del rngs
+    self.cfg = cfg
+
+  @classmethod
+  def check(cls, cfg: ModelConfig) -> None:
+    if cfg.shaw_max_distance < 1:
+      raise ValueError(f'model.shaw_max_distance must be >= 1, got {cfg.shaw_max_distance}.')
+
+  def prepare(self, positions_BxL: jax.Array) -> PositionContext:
+    k = self.cfg.shaw_max_distance
+    clipped_BxLxL = jnp.clip(relative_positions(positions_BxL), -k, k) + k
+    return PositionContext(
+        relative=jax.nn.one_hot(clipped_BxLxL, 2 * k + 1, dtype=self.cfg.compute_dtype))
+
+  def layer_hooks(self, *, rngs: nnx.Rngs) -> LayerHooks:
+    return ShawHooks(self.cfg, rngs=rngs)
+
+
+def t5_buckets(relative_BxLxL: jax.Array, num_buckets: int, max_distance: int) -> jax.Array:
+  """T5's bidirectional relative-position buckets, int32 [batch, length_q, length_k].
+
+  Half the buckets are for keys after the query. In each half, distances below half/2 get their
+  own bucket; larger ones share logarithmically wider buckets up to ``max_distance``, beyond
+  which all share the last one.
+  """
+  half = num_buckets // 2
+  offset_BxLxL = jnp.where(relative_BxLxL > 0, half, 0)
+  distance_BxLxL = jnp.abs(relative_BxLxL)
+  max_exact = half // 2
+  log_ratio = (jnp.log(jnp.maximum(distance_BxLxL, 1).astype(jnp.float32) / max_exact) /
+               math.log(max_distance / max_exact))
+  large_BxLxL = jnp.minimum(max_exact + (log_ratio * (half - max_exact)).astype(jnp.int32),
+                            half - 1)
+  return offset_BxLxL + jnp.where(distance_BxLxL < max_exact, distance_BxLxL, large_BxLxL)
+
+
+@register('t5')
+class T5(PositionScheme):
+  """A learned scalar per (bucketed relative distance, head), shared by all layers."""
+
+  paper = ('Raffel et al. (2020), "Exploring the Limits of Transfer Learning with a Unified '
+           'Text-to-Text Transformer", section 2.1.')
+  supports_linear = False
+
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    self.num_buckets = cfg.t5_num_buckets
+    self.max_distance = cfg.t5_max_distance
+    self.embedding = nnx.Param(
+        _INIT(rngs.params(), (cfg.t5_num_buckets, cfg.num_heads), jnp.float32),
+        **sharding.param_metadata((None, sharding.HEADS)))
+
+  @classmethod
+  def check(cls, cfg: ModelConfig) -> None:
+    if cfg.t5_num_buckets < 4 or cfg.t5_num_buckets % 2:
+      raise ValueError('model.t5_num_buckets must be even and >= 4 (half per direction), got '
+                       f'{cfg.t5_num_buckets}.')
+    if cfg.t5_max_distance <= cfg.t5_num_buckets // 4:
+      raise ValueError(f'model.t5_max_distance={cfg.t5_max_distance} must exceed the exactly '
+                       f'bucketed distances (model.t5_num_buckets / 4 = '
+                       f'{cfg.t5_num_buckets // 4}).')
+
+  def prepare(self, positions_BxL: jax.Array) -> PositionContext:
+    buckets_BxLxL = t5_buckets(relative_positions(positions_BxL), self.num_buckets,
+                               self.max_distance)
+    bias_BxLxLxH = jnp.take(self.embedding[...], buckets_BxLxL, axis=0)
+    return PositionContext(bias=bias_BxLxLxH.transpose(0, 3, 1, 2))
+
+
+def alibi_slopes(num_heads: int) -> np.ndarray:
+  """ALiBi's per-head slopes, float32 [heads].
+
+  For n a power of two: the geometric sequence 2^(-8/n), 2^(-16/n), ..., 2^(-8). Otherwise the
+  slopes of the closest smaller power of two, then every other slope of twice that power.
+  """
+
+  def geometric(n: int) -> list[float]:
+    return [2.0 ** (-8.0 * (i + 1) / n) for i in range(n)]
+
+  closest = 2 ** math.floor(math.log2(num_heads))
+  slopes = geometric(closest) + geometric(2 * closest)[0::2][:num_heads - closest]
+  return np.asarray(slopes, np.float32)
+
+
+@register('alibi')
+class ALiBi(PositionScheme):
+  """Fixed linear biases -slope_h |j - i| (the symmetric form for a bidirectional encoder)."""
+
+  paper = ('Press, Smith and Lewis (2022), "Train Short, Test Long: Attention with Linear Biases '
+           'Enables Input Length Extrapolation".')
+  supports_linear = False
+
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    del rngs
+    self.num_heads = cfg.num_heads
+
+  def prepare(self, positions_BxL: jax.Array) -> PositionContext:
+    slopes_1xHx1x1 = jnp.asarray(alibi_slopes(self.num_heads))[None, :, None, None]
+    distance_Bx1xLxL = jnp.abs(relative_positions(positions_BxL))[:, None]
+    return PositionContext(bias=-slopes_1xHx1x1 * distance_Bx1xLxL.astype(jnp.float32))
+
+
+class RotaryHooks(LayerHooks):
+  """Rotates queries and keys (and values with ``rope.rotary_value``) with shared tables."""
+
+  def __init__(self, rotary: rope.Rotary, rotary_value: bool):
+    self.rotary = rotary
+    self.rotary_value = rotary_value
+
+  def rotate(self, x_BxLxHxD: jax.Array, ctx: PositionContext, role: str) -> jax.Array:
+    if role == 'value' and not self.rotary_value:
+      return x_BxLxHxD
+    return self.rotary.apply(x_BxLxHxD, ctx.rotary_tables, role=role)
+
+
+@register('rotary')
+class Rotary(PositionScheme):
+  """RoPE: queries and keys rotated by position-dependent angles (all ``rope`` options).
+
+  With ``rope.rotary_value`` values are rotated by the same rotation, as Hugging Face RoFormer's
+  ``rotary_value``. Tables are computed once per forward pass and shared by all layers.
+  """
+
+  paper = ('Su et al. (2021), "RoFormer: Enhanced Transformer with Rotary Position Embedding"; '
+           'xPos: Sun et al. (2022); scaling: see rope.frequencies.')
+  options = ('rope.rotary_dim', 'rope.scaling', 'rope.xpos', 'rope.rotary_value')
+
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    del rngs
+    self.rotary = cfg.rope.rotary(cfg.head_dim)
+    self.rotary_value = cfg.rope.rotary_value
+
+  @classmethod
+  def check(cls, cfg: ModelConfig) -> None:
+    if cfg.head_dim % 2:
+      raise ValueError(f'model.position=rotary needs an even head_dim, got model.hidden_size / '
+                       f'model.num_heads = {cfg.head_dim}.')
+    rotary_dim = cfg.rope.rotary_dim
+    if rotary_dim is not None and (rotary_dim <= 0 or rotary_dim % 2 or rotary_dim > cfg.head_dim):
+      raise ValueError(f'rope.rotary_dim={rotary_dim} must be even, > 0 and <= head_dim='
+                       f'{cfg.head_dim}.')
+    try:
+      cfg.rope.rotary(cfg.head_dim)
+    except ValueError as e:
+      raise ValueError(f'Invalid rope options for model.position=rotary: {e}') from e
+
+  def prepare(self, positions_BxL: jax.Array) -> PositionContext:
+    return PositionContext(rotary_tables=self.rotary.tables(positions_BxL))
+
+  def layer_hooks(self, *, rngs: nnx.Rngs) -> LayerHooks:
+    del rngs
+    return RotaryHooks(self.rotary, self.rotary_value)

@@ -1,0 +1,68 @@
+"""Converts a local Hugging Face RoFormer checkpoint into this codebase's parameters.
+
+  python scripts/convert_hf.py --hf_dir=/path/to/roformer --out=/tmp/roformer_jax \
+      [--layout=half] [--num_classes=N] [--type_vocab_size=0] [--seed=0]
+
+``--hf_dir`` is a ``save_pretrained`` directory (config.json + model.safetensors,
+pytorch_model.bin or flax_model.msgpack) of ``RoFormerModel`` or
+``RoFormerForSequenceClassification``; nothing is downloaded. Writes
+
+  OUT/params               orbax checkpoint of the pure params dict (nnx.to_pure_dict layout)
+  OUT/hf_conversion.json   ModelConfig fields, config overrides, has_head, unused keys
+
+and prints the ``--config.*`` overrides that make ``configs/default.py`` describe this model.
+Load it back with ``models.hf.load_converted(OUT)`` (``.model()`` builds the Classifier). A
+checkpoint without a classification head gets a fresh head initialised from ``--seed``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import jax  # pylint: disable=g-import-not-at-top
+
+from models import hf  # pylint: disable=g-import-not-at-top
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--hf_dir', required=True, help='HF RoFormer checkpoint directory.')
+  parser.add_argument('--out', required=True, help='Output directory.')
+  parser.add_argument('--layout', default=hf.HF_LAYOUT, choices=('interleaved', 'half'),
+                      help='Rotary layout to run in (half: projections permuted, same outputs).')
+  parser.add_argument('--num_classes', type=int, default=None,
+                      help="Classes (default: the checkpoint head's, else the config's labels).")
+  parser.add_argument('--type_vocab_size', type=int, default=None,
+                      help='0: fold token type 0 into the word embeddings (no token types).')
+  parser.add_argument('--seed', type=int, default=0, help='Seed of a fresh classification head.')
+  return parser.parse_args(argv)
+
+
+def convert(args: argparse.Namespace) -> hf.HFRoFormer:
+  changes = {} if args.type_vocab_size is None else {'type_vocab_size': args.type_vocab_size}
+  result = hf.load_hf_roformer(args.hf_dir, num_classes=args.num_classes, layout=args.layout,
+                               key=jax.random.key(args.seed), **changes)
+  hf.save_converted(result, args.out, source=os.path.abspath(args.hf_dir))
+  return result
+
+
+def main(argv: list[str] | None = None) -> None:
+  args = parse_args(argv)
+  result = convert(args)
+  cfg = result.cfg
+  print(f'Converted {args.hf_dir} -> {os.path.abspath(args.out)}')
+  print(f'vocab_size={cfg.vocab_size} num_classes={cfg.num_classes} '
+        f'head={"from checkpoint" if result.has_head else "freshly initialised"}')
+  if result.unused_keys:
+    print(f'unused checkpoint tensors: {", ".join(result.unused_keys)}')
+  print('config overrides:')
+  print(' '.join(f'--config.{name}={value}' for name, value in result.overrides.items()
+                 if value is not None))  # None fields are defaults
+
+
+if __name__ == '__main__':
+  main()

@@ -1,0 +1,488 @@
+"""Tests for data/: tokenizers, files, TFDS (mocked), embedded datasets and the pipelines."""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import json
+import os
+import time
+
+import hypothesis
+from hypothesis import strategies as st
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+import data
+from configs import default
+from data import files as files_lib
+from data import fortunes
+from data import listops
+from data import position_probes
+from data import sources
+from data import tokenizers
+
+
+def _config(**overrides):
+  config = default.get_config().data
+  config.update(overrides)
+  return config
+
+
+def _take(iterator, n):
+  return list(itertools.islice(iterator, n))
+
+
+def _write(path, content: bytes | str) -> str:
+  with open(path, 'wb') as f:
+    f.write(content.encode() if isinstance(content, str) else content)
+  return str(path)
+
+
+def _csv_dataset(tmp_path, num: int, num_classes: int = 3) -> str:
+  """A CSV file with texts 'example <i>' and integer labels i % num_classes."""
+  rows = ''.join(f'example {i},{i % num_classes}\n' for i in range(num))
+  return _write(tmp_path / 'train.csv', 'text,label\n' + rows)
+
+
+# ---------------------------------------------------------------- tokenizers
+
+
+@hypothesis.settings(max_examples=25, deadline=None)
+@hypothesis.given(texts=st.lists(st.binary(max_size=40), min_size=1, max_size=6),
+                  length=st.integers(2, 48))
+def test_byte_tokenizer_round_trip(texts, length):
+  tokenizer = tokenizers.ByteTokenizer()
+  ids = tokenizer.encode_batch(tf.constant(texts, tf.string), length).numpy()
+  assert ids.shape == (len(texts), length) and ids.dtype == np.int32
+  for text, row in zip(texts, ids):
+    assert row[0] == data.CLS_ID
+    body = text[:length - 1]
+    assert tokenizer.decode(row) == body
+    assert (row[1 + len(body):] == data.PAD_ID).all()
+    assert (row[1:1 + len(body)] >= tokenizers.NUM_SPECIAL).all()
+    assert (row < data.BYTE_VOCAB_SIZE).all()
+
+
+def test_byte_tokenizer_non_utf8_and_empty():
+  texts = [b'', b'\xff\xfe\x00ok', 'héllo'.encode()]
+  ids = tokenizers.ByteTokenizer().encode_batch(tf.constant(texts), 8).numpy()
+  np.testing.assert_array_equal(ids[0], [1, 0, 0, 0, 0, 0, 0, 0])
+  np.testing.assert_array_equal(ids[1][:6], [1, 0xff + 4, 0xfe + 4, 4, ord('o') + 4, ord('k') + 4])
+  assert tokenizers.ByteTokenizer().decode(ids[2]) == 'héllo'.encode()
+
+
+def test_sentencepiece_trained_offline_and_cached(tmp_path):
+  corpus = [f'the {w} sat on the mat number {i}'.encode()
+            for i in range(200) for w in ('cat', 'dog', 'bird')]
+  workdir = str(tmp_path)
+  tok = tokenizers.load_or_train_sentencepiece(workdir, 'corpus', 100, lambda: corpus)
+  assert os.path.exists(os.path.join(workdir, 'spm.model'))
+  assert tok.vocab_size <= 100
+
+  def fail():
+    raise AssertionError('the cached model must be reused')
+
+  cached = tokenizers.load_or_train_sentencepiece(workdir, 'corpus', 100, fail)
+  texts = [b'the cat sat', b'', b'bad \xff bytes', b'the dog sat on the mat ' * 20]
+  ids = cached.encode_batch(tf.constant(texts), 16).numpy()
+  np.testing.assert_array_equal(ids, tok.encode_batch(tf.constant(texts), 16).numpy())
+  assert ids.shape == (4, 16) and (ids[:, 0] == data.CLS_ID).all()
+  assert (ids[1, 1:] == data.PAD_ID).all() and (ids[3] != data.PAD_ID).all()
+  assert (ids < cached.vocab_size).all()
+  assert cached.decode(ids[0]) == b'the cat sat'
+  with pytest.raises(ValueError, match='spm.model was trained for'):
+    tokenizers.load_or_train_sentencepiece(workdir, 'corpus', 200, fail)
+
+
+def test_sentencepiece_through_the_pipeline(tmp_path):
+  lines = ''.join(f'"the {w} number {i} is here",{i % 2}\n'
+                  for i in range(300) for w in ('cat', 'dog'))
+  train = _write(tmp_path / 'train.csv', 'text,label\n' + lines)
+  config = _config(name='files', train_files=train, tokenizer='sentencepiece', sp_vocab_size=80,
+                   max_length=12)
+  workdir = str(tmp_path / 'work')
+  info = data.get_info(config, workdir=workdir)
+  assert info.vocab_size <= 80 and os.path.exists(os.path.join(workdir, 'spm.model'))
+  batch = next(data.train_iterator(config, workdir=workdir, seed=0, global_batch_size=4))
+  assert batch['inputs'].shape == (4, 12) and (batch['inputs'] < info.vocab_size).all()
+  with pytest.raises(ValueError, match='needs a workdir'):
+    data.get_info(config, workdir=None)
+
+
+# ---------------------------------------------------------------- files
+
+
+def test_files_csv_tsv_jsonl_with_string_labels(tmp_path):
+  train_csv = _write(tmp_path / 'a.csv', 'id,text,label\n1,"a, quoted\ntext",pos\n2,,neg\n')
+  train_tsv = _write(tmp_path / 'b.tsv', 'label\ttext\npos\tgood\n')
+  validation = _write(tmp_path / 'v.jsonl',
+                      '{"text": "fine", "label": "pos"}\n\n{"text": "", "label": "neg"}\n')
+  config = _config(name='files', train_files=f'{train_csv}, {train_tsv}',
+                   validation_files=validation, max_length=16)
+  workdir = str(tmp_path / 'work')
+  info = data.get_info(config, workdir=workdir)
+  assert info.class_names == ('neg', 'pos') and info.num_classes == 2
+  assert info.num_train_examples == 3 and info.eval_splits == {'validation': 16, 'test': 16}
+  with open(os.path.join(workdir, 'classes.json')) as f:
+    assert json.load(f) == {'class_names': ['neg', 'pos'], 'integer_labels': False}
+  # The test split defaults to the validation files.
+  batches = _take(data.eval_iterator(config, 'test', workdir=workdir, global_batch_size=4), 5)
+  assert len(batches) == 1
+  np.testing.assert_array_equal(batches[0]['label'], [1, 0, 0, 0])
+  np.testing.assert_array_equal(batches[0]['weight'], [1, 1, 0, 0])
+  assert tokenizers.ByteTokenizer().decode(batches[0]['inputs'][0]) == b'fine'
+  assert (batches[0]['inputs'][1, 1:] == data.PAD_ID).all()  # Empty text: [CLS] only.
+
+
+def test_files_classes_json_is_reused(tmp_path):
+  workdir = str(tmp_path / 'work')
+  first = _write(tmp_path / 'first.csv', 'text,label\nx,b\ny,c\nz,a\n')
+  assert data.get_info(_config(name='files', train_files=first),
+                       workdir=workdir).class_names == ('a', 'b', 'c')
+  # A later run whose files lack class 'a' keeps the saved ids.
+  later = _write(tmp_path / 'later.csv', 'text,label\nx,b\ny,c\n')
+  config = _config(name='files', train_files=later, validation_files=later)
+  assert data.get_info(config, workdir=workdir).class_names == ('a', 'b', 'c')
+  batch = next(data.eval_iterator(config, 'validation', workdir=workdir, global_batch_size=2))
+  np.testing.assert_array_equal(batch['label'], [1, 2])
+
+
+def test_files_integer_labels_and_range_error(tmp_path):
+  train = _write(tmp_path / 'train.jsonl', ''.join(
+      json.dumps({'text': f't{i}', 'label': i % 3}) + '\n' for i in range(6)))
+  good = _write(tmp_path / 'good.tsv', 'text\tlabel\nu\t2\n')
+  info = data.get_info(_config(name='files', train_files=train, validation_files=good),
+                       workdir=None)
+  assert info.class_names == ('0', '1', '2')
+  bad = _write(tmp_path / 'bad.csv', 'text,label\nu,1\nv,3\n')
+  with pytest.raises(ValueError, match=r'bad\.csv, row 2 \(line 3\): label 3 is outside'):
+    data.get_info(_config(name='files', train_files=train, validation_files=bad), workdir=None)
+  negative = _write(tmp_path / 'negative.csv', 'text,label\nu,1\nv,-1\n')
+  with pytest.raises(ValueError, match=r'negative\.csv, row 2'):
+    data.get_info(_config(name='files', train_files=negative), workdir=None)
+  unknown = _write(tmp_path / 'unknown.csv', 'text,label\nu,x\n')
+  with pytest.raises(ValueError, match=r'unknown\.csv, row 1 \(line 2\): label .x. is not'):
+    data.get_info(_config(name='files', train_files=train, validation_files=unknown),
+                  workdir=None)
+
+
+def test_files_non_utf8_bytes_are_kept(tmp_path):
+  train = _write(tmp_path / 'train.csv', b'text,label\n"caf\xe9 \xff",a\n,b\n')
+  config = _config(name='files', train_files=train, validation_files=train, max_length=8)
+  batch = next(data.eval_iterator(config, 'validation', workdir=None, global_batch_size=2))
+  assert tokenizers.ByteTokenizer().decode(batch['inputs'][0]) == b'caf\xe9 \xff'
+  np.testing.assert_array_equal(batch['inputs'][1], [1] + [0] * 7)
+
+
+def test_files_errors(tmp_path):
+  with pytest.raises(ValueError, match='needs data.train_files'):
+    data.get_info(_config(name='files'), workdir=None)
+  with pytest.raises(FileNotFoundError, match='missing.csv'):
+    data.get_info(_config(name='files', train_files=str(tmp_path / 'missing.csv')), workdir=None)
+  no_column = _write(tmp_path / 'x.csv', 'sentence,label\na,b\n')
+  with pytest.raises(ValueError, match="no column 'text'"):
+    data.get_info(_config(name='files', train_files=no_column), workdir=None)
+  with pytest.raises(ValueError, match='unknown extension'):
+    data.get_info(_config(name='files', train_files=_write(tmp_path / 'x.txt', 'a')),
+                  workdir=None)
+  empty_label = _write(tmp_path / 'e.csv', 'text,label\na,\n')
+  with pytest.raises(ValueError, match=r'e\.csv, row 1 \(line 2\): empty label'):
+    data.get_info(_config(name='files', train_files=empty_label), workdir=None)
+
+
+def test_files_holdout_validation(tmp_path):
+  config = _config(name='files', train_files=_csv_dataset(tmp_path, 50))
+  info = data.get_info(config, workdir=None)
+  assert info.num_train_examples == 45
+  train_texts, _ = files_lib.FilesSource(
+      train_files=config.train_files, validation_files='', test_files='', text_column='text',
+      label_column='label', workdir=None).read('train')
+  held_out = [tokenizers.ByteTokenizer().decode(row) for batch in data.eval_iterator(
+      config, 'validation', workdir=None, global_batch_size=8) for row, w in
+      zip(batch['inputs'], batch['weight']) if w]
+  assert len(held_out) == 5 and not set(held_out) & set(train_texts)
+
+
+# ---------------------------------------------------------------- pipelines
+
+
+def test_batches_shapes_dtypes_cls_positions(tmp_path):
+  config = _config(name='files', train_files=_csv_dataset(tmp_path, 30), max_length=12)
+  batch = next(data.train_iterator(config, workdir=None, seed=0, global_batch_size=8))
+  assert set(batch) == {'inputs', 'positions', 'label', 'weight'}
+  assert batch['inputs'].shape == (8, 12) and batch['inputs'].dtype == np.int32
+  assert batch['positions'].shape == (8, 12) and batch['positions'].dtype == np.int32
+  assert batch['label'].shape == (8,) and batch['label'].dtype == np.int32
+  assert batch['weight'].shape == (8,) and batch['weight'].dtype == np.float32
+  assert (batch['inputs'][:, 0] == data.CLS_ID).all() and (batch['weight'] == 1).all()
+  real = batch['inputs'] != data.PAD_ID
+  lengths = [1 + len(tokenizers.ByteTokenizer().decode(row)) for row in batch['inputs']]
+  np.testing.assert_array_equal(real.sum(1), lengths)
+  np.testing.assert_array_equal(batch['positions'], np.where(real, np.arange(12), 0))
+  for row, label in zip(batch['inputs'], batch['label']):  # 'example <i>' has label i % 3.
+    assert int(tokenizers.ByteTokenizer().decode(row).split()[1]) % 3 == label
+
+
+def test_train_resume_is_identical_and_epochs_reshuffle(tmp_path):
+  config = _config(name='files', train_files=_csv_dataset(tmp_path, 23), max_length=16)
+  validation = _write(tmp_path / 'v.csv', 'text,label\nv,0\n')
+  config.validation_files = validation
+  fresh = _take(data.train_iterator(config, workdir=None, seed=3, global_batch_size=4), 7)
+  resumed = _take(data.train_iterator(config, workdir=None, seed=3, global_batch_size=4,
+                                      start_step=5), 2)
+  for a, b in zip(fresh[5:], resumed):
+    for key in a:
+      np.testing.assert_array_equal(a[key], b[key])
+  # Epochs: 23 examples, 4 per batch; every epoch is a permutation, and the order changes.
+  long = _take(data.train_iterator(config, workdir=None, seed=3, global_batch_size=4), 24)
+  texts = [bytes(r) for b in long for r in b['inputs']]
+  epochs = [texts[i * 23:(i + 1) * 23] for i in range(4)]
+  for epoch in epochs:
+    assert len(set(epoch)) == 23
+  assert epochs[0] != epochs[1]
+  other_seed = _take(data.train_iterator(config, workdir=None, seed=4, global_batch_size=4), 6)
+  assert [bytes(r) for b in other_seed for r in b['inputs']] != texts[:24]
+
+
+def test_train_shards_are_disjoint(tmp_path):
+  config = _config(name='files', train_files=_csv_dataset(tmp_path, 40), validation_files=
+                   _write(tmp_path / 'v.csv', 'text,label\nv,0\n'), max_length=16)
+  seen = []
+  for index in range(2):  # 20 examples per host: 5 batches of 4 are one epoch.
+    batches = _take(data.train_iterator(config, workdir=None, seed=0, global_batch_size=8,
+                                        process_index=index, process_count=2), 5)
+    seen.append({bytes(r) for b in batches for r in b['inputs']})
+    assert len(seen[-1]) == 20
+  assert not seen[0] & seen[1]
+  with pytest.raises(ValueError, match='not a positive multiple'):
+    data.train_iterator(config, workdir=None, seed=0, global_batch_size=9, process_count=2,
+                        process_index=0)
+  # TFDS sources read each host's part of the split only (tfds.even_splits).
+  tiny = position_probes.PositionProbesConfig(name='tiny', task='nearest', length=16,
+                                              num_train=40, num_eval=10)
+  source = sources.embedded_source(position_probes.PositionProbes(config=tiny,
+                                                                  data_dir=str(tmp_path)))
+  assert {s: source.num_examples(s) for s in source.splits} == {
+      'train': 40, 'validation': 10, 'test': 10, 'test_32': 10, 'test_64': 10}
+  parts = [source.read('train', i, 3)[0] for i in range(3)]
+  assert sorted(len(p) for p in parts) == [13, 13, 14]
+  assert sorted(np.concatenate(parts)) == sorted(source.read('train')[0])
+  assert {len(text) for text in source.read('test_64')[0]} == {63}
+
+
+@pytest.mark.parametrize('count', [2, 3])
+def test_eval_multihost_covers_every_example_once(tmp_path, count):
+  train = _csv_dataset(tmp_path, 11)
+  config = _config(name='files', train_files=train, validation_files=train, max_length=16)
+  per_host = [_take(data.eval_iterator(config, 'validation', workdir=None,
+                                       global_batch_size=2 * count, process_index=i,
+                                       process_count=count), 100) for i in range(count)]
+  assert len({len(batches) for batches in per_host}) == 1  # Same number of batches everywhere.
+  seen = collections.Counter(
+      tokenizers.ByteTokenizer().decode(row) for batches in per_host for b in batches
+      for row, w in zip(b['inputs'], b['weight']) if w == 1)
+  assert seen == collections.Counter(f'example {i}'.encode() for i in range(11))
+  for batches in per_host:
+    for b in batches:
+      assert (b['inputs'][b['weight'] == 0, 1:] == data.PAD_ID).all()
+
+
+def test_eval_max_length_override(tmp_path):
+  config = _config(name='files', train_files=_csv_dataset(tmp_path, 10), max_length=8)
+  natural = next(data.eval_iterator(config, 'validation', workdir=None, global_batch_size=2))
+  longer = next(data.eval_iterator(config, 'validation', workdir=None, global_batch_size=2,
+                                   max_length=32))
+  assert natural['inputs'].shape == (2, 8) and longer['inputs'].shape == (2, 32)
+  np.testing.assert_array_equal(longer['inputs'][:, :8], natural['inputs'])  # Short texts.
+  with pytest.raises(ValueError, match="no split 'test_128'"):
+    data.eval_iterator(config, 'test_128', workdir=None, global_batch_size=2)
+
+
+def test_unknown_name_lists_valid_names():
+  with pytest.raises(ValueError, match=r"Unknown data.name 'mnist'.*position_probes/order.*files"):
+    data.get_info(_config(name='mnist'), workdir=None)
+  with pytest.raises(ValueError, match='Unknown data.tokenizer'):
+    data.get_info(_config(tokenizer='wordpiece'), workdir=None)
+
+
+# ---------------------------------------------------------------- TFDS text datasets
+
+
+@pytest.mark.parametrize('name', data.TEXT_DATASETS)
+def test_unprepared_tfds_dataset_fails_fast(tmp_path, name):
+  start = time.time()
+  with pytest.raises(FileNotFoundError, match=f'tfds build {name} --data_dir='):
+    data.get_info(_config(name=name, data_dir=str(tmp_path)), workdir=None)
+  assert time.time() - start < 10
+
+
+def _write_split_metadata(name: str, data_dir: str, num_examples: int) -> None:
+  """Writes dataset_info.json with split sizes, so that mock_data can use MockPolicy.USE_FILES."""
+  builder = tfds.builder(name, data_dir=data_dir)
+  builder.info.set_splits(tfds.core.SplitDict([
+      tfds.core.SplitInfo(name=split, shard_lengths=[num_examples], num_bytes=0)
+      for split in ('train', 'validation', 'test')]))
+  os.makedirs(builder.data_dir)
+  builder.info.write_to_directory(builder.data_dir)
+
+
+@pytest.mark.parametrize('name, num_classes', [('imdb_reviews', 2), ('glue/sst2', 2),
+                                               ('ag_news_subset', 4),
+                                               ('yelp_polarity_reviews', 2)])
+def test_tfds_text_datasets_with_mock_data(tmp_path, name, num_classes):
+  data_dir = str(tmp_path)
+  _write_split_metadata(name, data_dir, 20)
+  config = _config(name=name, data_dir=data_dir, max_length=32)
+  with tfds.testing.mock_data(num_examples=20, policy=tfds.testing.MockPolicy.USE_FILES,
+                              data_dir=data_dir):
+    info = data.get_info(config, workdir=None)
+    assert info.num_classes == num_classes and info.vocab_size == 260
+    assert info.eval_splits == {'validation': 32, 'test': 32}
+    assert 0 < info.num_train_examples <= 20
+    batch = next(data.train_iterator(config, workdir=None, seed=0, global_batch_size=4))
+    assert batch['inputs'].shape == (4, 32) and (batch['inputs'][:, 0] == data.CLS_ID).all()
+    assert (batch['inputs'][:, 1] != data.PAD_ID).all()  # The text field was found.
+    assert ((batch['label'] >= 0) & (batch['label'] < num_classes)).all()
+    # Mock data yield 20 examples for any split.
+    test = _take(data.eval_iterator(config, 'test', workdir=None, global_batch_size=8), 10)
+    assert len(test) == 3 and sum(b['weight'].sum() for b in test) == 20
+  assert data.eval_split_for_length(info, 1024) == 'test'
+
+
+# ---------------------------------------------------------------- position probes
+
+
+def _bag_of_tokens_accuracy(train, test):
+  """Accuracy of a logistic regression on token counts, trained on `train`, on `test`."""
+  def features(texts):
+    counts = np.zeros((len(texts), 128))
+    for row, text in zip(counts, texts):
+      np.add.at(row, np.frombuffer(text.encode(), np.uint8), 1)
+    return counts / 8
+  x, y = features(train[0]), train[1]
+  w, b = np.zeros(x.shape[1]), 0.0
+  for _ in range(300):
+    p = 1 / (1 + np.exp(-(x @ w + b)))
+    w -= 0.5 * (x.T @ (p - y) / len(y) + 1e-3 * w)
+    b -= 0.5 * (p - y).mean()
+  return (((features(test[0]) @ w + b) > 0) == test[1]).mean()
+
+
+def _rule(task, text, threshold):
+  """The label computed from the text by the task's definition."""
+  if task == 'order':
+    return int(text.index('A') < text.index('B'))
+  if task == 'distance':
+    first, second = [i for i, c in enumerate(text) if c == 'X']
+    return int(second - first <= threshold)
+  q, x, y = text.index('Q'), text.index('X'), text.index('Y')
+  near, far = sorted([abs(x - q), abs(y - q)])
+  assert far >= 2 * near  # PositionProbesConfig.nearest_ratio.
+  return int(abs(y - q) < abs(x - q))
+
+
+@pytest.mark.parametrize('task', position_probes.TASKS)
+def test_probes_balanced_correct_and_bag_of_tokens_at_chance(task):
+  config = position_probes.PositionProbesConfig(name=task, task=task, num_train=2000,
+                                                num_eval=1000)
+  markers = {'order': 'AB', 'distance': 'XX', 'nearest': 'QXY'}[task]
+  splits = {}
+  for split, length in config.split_lengths().items():
+    texts, labels = position_probes.generate(config, split)
+    splits[split] = texts, labels
+    assert np.bincount(labels).tolist() == [len(labels) // 2] * 2
+    for text, label in zip(texts, labels):
+      assert len(text) == length - 1 and text.isascii() and text.isalpha()
+      assert sorted(c for c in text if c.isupper()) == sorted(markers)
+      assert _rule(task, text, config.threshold) == label
+  again_texts, again_labels = position_probes.generate(config, 'test_256')  # Deterministic.
+  assert again_texts == splits['test_256'][0]
+  np.testing.assert_array_equal(again_labels, splits['test_256'][1])
+  accuracy = _bag_of_tokens_accuracy(splits['train'], splits['test'])
+  assert abs(accuracy - 0.5) < 0.06, accuracy
+
+
+def test_probes_prepared_on_first_use(tmp_path):
+  config = _config(name='position_probes/order', data_dir=str(tmp_path))
+  info = data.get_info(config, workdir=None)  # Generates the default dataset (a few seconds).
+  assert os.path.isdir(tmp_path / 'position_probes' / 'order' / '1.0.0')
+  assert info.eval_splits == {'validation': 64, 'test': 64, 'test_128': 128, 'test_256': 256}
+  assert info.class_names == ('b_before_a', 'a_before_b') and info.num_train_examples == 20_000
+  assert [data.eval_split_for_length(info, n) for n in (64, 128, 256)] == [
+      'test', 'test_128', 'test_256']
+  with pytest.raises(ValueError, match='none of 100 tokens'):
+    data.eval_split_for_length(info, 100)
+  batches = _take(data.eval_iterator(config, 'test_256', workdir=None, global_batch_size=512), 9)
+  assert len(batches) == 4 and batches[0]['inputs'].shape == (512, 256)
+  assert (batches[0]['inputs'] != data.PAD_ID).all()  # Exactly 256 tokens.
+  assert sum(b['weight'].sum() for b in batches) == 2000
+  with pytest.raises(ValueError, match='would cut them'):
+    data.get_info(_config(name='position_probes/order', data_dir=str(tmp_path), max_length=32),
+                  workdir=None)
+
+
+# ---------------------------------------------------------------- ListOps
+
+
+def test_listops_evaluator():
+  assert listops.evaluate('[MAX 2 9 [MIN 4 7 ] 0 ]') == 9
+  assert listops.evaluate('[MIN 4 7 ]') == 4
+  assert listops.evaluate('[MED 1 2 3 4 ]') == 2  # Lower of 2.5.
+  assert listops.evaluate('[MED 9 1 5 ]') == 5
+  assert listops.evaluate('[MED 8 9 ]') == 8
+  assert listops.evaluate('[SM 5 6 9 ]') == 0
+  assert listops.evaluate('[SM [MAX 3 8 ] [MED 4 [MIN 7 6 ] 9 ] ]') == 4
+  assert listops.evaluate('7') == 7
+  for bad in ('[MAX 1 2', '[MAX 1 2 ] ]', '[MIN ]', '1 2', '[FOO 1 ]', '[MAX 12 ]', ''):
+    with pytest.raises(ValueError):
+      listops.evaluate(bad)
+
+
+def test_listops_generation_and_builder(tmp_path):
+  config = listops.ListOpsConfig(name='tiny', max_length=64, min_chars=16, max_depth=3,
+                                 max_args=4, num_train=100, num_eval=30)
+  texts, labels = listops.generate(config, 'train')
+  assert np.bincount(labels, minlength=10).tolist() == [10] * 10
+  for text, label in zip(texts, labels):
+    assert 16 <= len(text) <= 63 and listops.evaluate(text) == label
+  assert listops.generate(config, 'train')[0] == texts  # Deterministic,
+  assert listops.generate(config, 'test')[0] != texts  # and seeded per split.
+  builder = listops.Listops(config=config, data_dir=str(tmp_path))
+  sources.prepare(builder)
+  assert builder.info.features['label'].num_classes == 10
+  assert builder.info.splits['validation'].num_examples == 30
+
+
+# ---------------------------------------------------------------- fortunes
+
+
+def test_fortunes_parsing(tmp_path):
+  _write(tmp_path / 'food', 'E\bEat _\bw_\be_\bl_\bl.\n%\n\n%\nShared item\n%\nBread\n\t-- Anon\n')
+  _write(tmp_path / 'law', 'Shared item\n%\nObjection!')
+  config = fortunes.FortunesConfig(name='t', directory=str(tmp_path), categories=('food', 'law'))
+  examples = fortunes.load_examples(config)
+  pairs = sorted(pair for split in examples.values() for pair in split)
+  assert pairs == [('Bread\n\t-- Anon', 0), ('Eat well.', 0), ('Objection!', 1)]
+  for split, split_pairs in examples.items():
+    assert all(fortunes.split_of(text) == split for text, _ in split_pairs)
+  missing = fortunes.FortunesConfig(name='m', directory=str(tmp_path), categories=('art',))
+  with pytest.raises(FileNotFoundError, match='apt-get install fortunes'):
+    fortunes.load_examples(missing)
+
+
+@pytest.mark.skipif(not os.path.isdir(fortunes.FORTUNES_DIR),
+                    reason=f'{fortunes.FORTUNES_DIR} missing: apt-get install fortunes')
+def test_fortunes_dataset(tmp_path):
+  info = data.get_info(_config(name='fortunes', data_dir=str(tmp_path), max_length=128),
+                       workdir=None)
+  assert info.class_names == fortunes.CATEGORIES and info.num_train_examples > 3000
+  examples = fortunes.load_examples(fortunes.FortunesConfig(name='topics'))
+  assert len(examples['test']) > 300 and len(examples['validation']) > 300
+  assert set(label for _, label in examples['train']) == set(range(10))
+  batches = list(data.eval_iterator(_config(name='fortunes', data_dir=str(tmp_path),
+                                            max_length=128), 'test', workdir=None,
+                                    global_batch_size=256))
+  assert sum(b['weight'].sum() for b in batches) == len(examples['test'])

@@ -1,0 +1,272 @@
+"""models/hf.py: Hugging Face RoFormer checkpoints reproduce HF's outputs exactly.
+
+Tiny randomly initialised HF models (PyTorch and Flax) are saved locally, converted and compared
+on padded inputs with token types: last_hidden_state and classification logits to 1e-5.
+Weights are drawn with std 0.2 (HF's default 0.02 makes attention nearly uniform, which would
+hide position bugs), and a layout mix-up is shown to fail the same comparison.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+import models
+from configs.default import get_config
+from models import hf
+
+torch = pytest.importorskip('torch')
+with pytest.MonkeyPatch.context() as _mp:
+  _mp.setenv('USE_TF', '0')  # importing TensorFlow through transformers costs ~20 s
+  transformers = pytest.importorskip('transformers')
+
+ATOL = 1e-5
+BATCH, LENGTH, VOCAB, CLASSES = 3, 16, 100, 3
+TINY = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+            intermediate_size=64, max_position_embeddings=64, type_vocab_size=2,
+            hidden_dropout_prob=0.0, initializer_range=0.2, num_labels=CLASSES)
+
+
+def hf_config(**changes) -> transformers.RoFormerConfig:
+  return transformers.RoFormerConfig(**{**TINY, **changes})
+
+
+def make_inputs() -> dict[str, np.ndarray]:
+  """Random ids with right padding (rows 1, 2) and random token types at real tokens."""
+  rng = np.random.default_rng(0)
+  mask = np.ones((BATCH, LENGTH), np.int64)
+  mask[1, 11:] = 0
+  mask[2, 5:] = 0
+  ids = rng.integers(1, VOCAB, (BATCH, LENGTH)) * mask
+  types = rng.integers(0, 2, (BATCH, LENGTH)) * mask
+  return {'input_ids': ids, 'attention_mask': mask, 'token_type_ids': types}
+
+
+INPUTS = make_inputs()
+
+
+def hf_outputs(model, inputs=INPUTS) -> tuple[np.ndarray, np.ndarray | None]:
+  """(last_hidden_state, logits or None) of a torch RoFormer model."""
+  tensors = {k: torch.tensor(v) for k, v in inputs.items()}
+  with torch.no_grad():
+    if isinstance(model, transformers.RoFormerForSequenceClassification):
+      out = model(**tensors, output_hidden_states=True)
+      return out.hidden_states[-1].numpy(), out.logits.numpy()
+    return model(**tensors).last_hidden_state.numpy(), None
+
+
+def our_outputs(result: hf.HFRoFormer, inputs=INPUTS) -> tuple[np.ndarray, np.ndarray]:
+  model = result.model()
+  ids = jnp.asarray(inputs['input_ids'])
+  positions = jnp.broadcast_to(jnp.arange(ids.shape[1]), ids.shape)  # HF: 0 .. L-1
+  args = (ids, positions, jnp.asarray(inputs['attention_mask']),
+          None if inputs.get('token_type_ids') is None else jnp.asarray(inputs['token_type_ids']))
+  return np.asarray(model.encode(*args)), np.asarray(model(*args))
+
+
+def assert_close(ours, expected, *, name: str) -> float:
+  diff = float(np.abs(ours - expected).max())
+  assert diff < ATOL, f'{name}: max abs difference {diff:.2e} >= {ATOL}'
+  return diff
+
+
+def check_matches(result: hf.HFRoFormer, model, inputs=INPUTS) -> None:
+  (hidden, logits), (expected_hidden, expected_logits) = our_outputs(result, inputs), hf_outputs(
+      model, inputs)
+  assert_close(hidden, expected_hidden, name='last_hidden_state')
+  if expected_logits is not None:
+    assert_close(logits, expected_logits, name='logits')
+
+
+def save(model, directory, *, safe: bool = True) -> str:
+  model.save_pretrained(str(directory), safe_serialization=safe)
+  return str(directory)
+
+
+@functools.cache
+def torch_model(**changes):
+  """A tiny eval-mode RoFormerForSequenceClassification (cached per config)."""
+  torch.manual_seed(sum(map(ord, repr(sorted(changes.items())))))
+  return transformers.RoFormerForSequenceClassification(hf_config(**changes)).eval()
+
+
+@pytest.fixture(scope='module')
+def classifier_dir(tmp_path_factory) -> str:
+  return save(torch_model(), tmp_path_factory.mktemp('hf_classifier'))
+
+
+@pytest.fixture(scope='module')
+def rotary_value_dir(tmp_path_factory) -> str:
+  return save(torch_model(rotary_value=True), tmp_path_factory.mktemp('hf_rotary_value'))
+
+
+# ------------------------------------------------------------------ PyTorch checkpoints
+
+
+def test_sequence_classifier_safetensors(classifier_dir):
+  assert os.path.isfile(os.path.join(classifier_dir, 'model.safetensors'))
+  result = hf.load_hf_roformer(classifier_dir, deterministic=True)
+  assert result.has_head and result.unused_keys == ()
+  assert result.cfg.num_classes == CLASSES and result.cfg.type_vocab_size == 2
+  check_matches(result, torch_model())
+
+
+def test_pytorch_bin_equals_safetensors(classifier_dir, tmp_path):
+  bin_dir = save(torch_model(), tmp_path, safe=False)
+  assert os.listdir(bin_dir) and not os.path.exists(os.path.join(bin_dir, 'model.safetensors'))
+  assert os.path.isfile(os.path.join(bin_dir, 'pytorch_model.bin'))
+  from_bin = hf.load_hf_roformer(bin_dir, deterministic=True)
+  from_safetensors = hf.load_hf_roformer(classifier_dir, deterministic=True)
+  jax.tree.map(np.testing.assert_array_equal, from_bin.params, from_safetensors.params)
+  check_matches(from_bin, torch_model())
+
+
+def test_base_model_without_prefix_gets_fresh_head(tmp_path):
+  base = torch_model().roformer  # RoFormerModel: keys without the 'roformer.' prefix
+  directory = save(base, tmp_path)
+  assert not any(k.startswith('roformer.') for k in hf.load_state_dict(directory))
+  key = jax.random.key(3, impl='rbg')  # compiles faster than threefry on CPU
+  result = hf.load_hf_roformer(directory, num_classes=5, key=key, deterministic=True)
+  assert not result.has_head and result.cfg.num_classes == 5
+  fresh_head = nnx.to_pure_dict(models.init(result.cfg, key)[1])['head']
+  jax.tree.map(np.testing.assert_array_equal, result.params['head'], fresh_head)
+  hidden, logits = our_outputs(result)
+  assert_close(hidden, hf_outputs(base)[0], name='last_hidden_state')
+  assert logits.shape == (BATCH, 5) and np.isfinite(logits).all()
+
+
+def test_embedding_projection(tmp_path):
+  model = torch_model(embedding_size=16)
+  result = hf.load_hf_roformer(save(model, tmp_path), deterministic=True)
+  assert result.cfg.embedding_size == 16 and 'embeddings_project' in result.params
+  check_matches(result, model)
+
+
+def test_rotary_value(rotary_value_dir):
+  result = hf.load_hf_roformer(rotary_value_dir, deterministic=True)
+  assert result.cfg.rope.rotary_value
+  check_matches(result, torch_model(rotary_value=True))
+
+
+@pytest.mark.parametrize('rotary_value', [False, True])
+def test_half_layout_with_permuted_weights(rotary_value, classifier_dir, rotary_value_dir):
+  directory = rotary_value_dir if rotary_value else classifier_dir
+  model = torch_model(rotary_value=True) if rotary_value else torch_model()
+  half = hf.load_hf_roformer(directory, layout='half', deterministic=True)
+  assert half.cfg.rope.layout == 'half' and half.overrides['rope.layout'] == 'half'
+  check_matches(half, model)
+  # The permutation is what makes it exact: interleaved weights run in the half layout differ.
+  interleaved = hf.load_hf_roformer(directory, deterministic=True)
+  query = lambda r: r.params['layers'][0]['attention']['query']['kernel']
+  assert not np.array_equal(query(half), query(interleaved))
+  unpermuted = hf.HFRoFormer(half.cfg, interleaved.params, half.overrides, True, ())
+  assert np.abs(our_outputs(unpermuted)[0] - hf_outputs(model)[0]).max() > 1e-3
+
+
+def test_no_token_types_folds_type_zero(classifier_dir):
+  result = hf.load_hf_roformer(classifier_dir, type_vocab_size=0, deterministic=True)
+  assert 'token_type_embeddings' not in result.params['embeddings']
+  inputs = {**INPUTS, 'token_type_ids': None}
+  hidden, logits = our_outputs(result, inputs)
+  expected_hidden, expected_logits = hf_outputs(torch_model(), {**INPUTS, 'token_type_ids':
+                                                               np.zeros_like(INPUTS['input_ids'])})
+  assert_close(hidden, expected_hidden, name='last_hidden_state')
+  assert_close(logits, expected_logits, name='logits')
+
+
+# ------------------------------------------------------------------ Flax checkpoint
+
+
+def test_flax_checkpoint(tmp_path):
+  """FlaxRoFormerForSequenceClassification (flax_model.msgpack), with rotary_value."""
+  flax_cls = getattr(transformers, 'FlaxRoFormerForSequenceClassification', None)
+  if flax_cls is None:
+    pytest.skip('transformers has no Flax RoFormer')
+  config = hf_config(rotary_value=True)
+  model = flax_cls(config, _do_init=False)  # random params below: no slow jitted init
+  shapes = jax.eval_shape(functools.partial(model.init_weights, input_shape=(1, 1)),
+                          jax.random.PRNGKey(0))
+  rng = np.random.default_rng(1)
+
+  def draw(path, s):
+    scale = getattr(path[-1], 'key', None) == 'scale'  # LayerNorm scales around 1
+    return (float(scale) + rng.normal(0, 0.2, s.shape)).astype(np.float32)
+
+  params = jax.tree_util.tree_map_with_path(draw, shapes)
+  model.save_pretrained(str(tmp_path), params=params)
+  assert os.path.isfile(tmp_path / 'flax_model.msgpack')
+  out = model(**INPUTS, params=params, output_hidden_states=True)
+  result = hf.load_hf_roformer(str(tmp_path), deterministic=True)
+  assert result.has_head and result.unused_keys == ()
+  hidden, logits = our_outputs(result)
+  assert_close(hidden, np.asarray(out.hidden_states[-1]), name='last_hidden_state')
+  assert_close(logits, np.asarray(out.logits), name='logits')
+
+
+# ------------------------------------------------------------------ config, saving, errors
+
+
+def test_overrides_rebuild_the_config(classifier_dir):
+  """The printed overrides make configs/default.py describe exactly the converted model."""
+  result = hf.load_hf_roformer(classifier_dir, layout='half')
+  config = get_config()
+  for name, value in result.overrides.items():
+    group, field = name.split('.')
+    config[group][field] = value
+  rebuilt = models.ModelConfig.from_config(config, vocab_size=VOCAB, num_classes=CLASSES)
+  assert rebuilt == result.cfg
+
+
+def test_convert_script_round_trip(classifier_dir, tmp_path, capsys):
+  path = os.path.join(os.path.dirname(os.path.dirname(__file__)), 'scripts', 'convert_hf.py')
+  spec = importlib.util.spec_from_file_location('convert_hf', path)
+  script = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(script)
+  out = str(tmp_path / 'converted')
+  script.main(['--hf_dir', classifier_dir, '--out', out, '--layout', 'half'])
+  assert '--config.rope.layout=half' in capsys.readouterr().out
+  restored = hf.load_converted(out, deterministic=True)
+  direct = hf.load_hf_roformer(classifier_dir, layout='half', deterministic=True)
+  assert restored.cfg == direct.cfg and restored.has_head
+  jax.tree.map(np.testing.assert_array_equal, restored.params, direct.params)
+
+
+def test_bfloat16_safetensors(tmp_path):
+  from safetensors.torch import save_file  # pylint: disable=g-import-not-at-top
+  x = torch.randn(3, 4)
+  save_file({'w': x.to(torch.bfloat16)}, str(tmp_path / 'model.safetensors'))
+  loaded = hf.load_state_dict(str(tmp_path))['w']
+  np.testing.assert_array_equal(np.asarray(loaded, np.float32), x.to(torch.bfloat16).float())
+
+
+def test_errors_name_the_problem(classifier_dir, tmp_path):
+  sd = hf.load_state_dict(classifier_dir)
+  cfg = hf.model_config(hf.load_hf_config(classifier_dir))
+  bad = dict(sd)
+  bad['roformer.encoder.layer.1.attention.self.query.weight'] = np.zeros((32, 30), np.float32)
+  with pytest.raises(ValueError, match=r'encoder\.layer\.1\.attention\.self\.query\.weight'):
+    hf.convert_state_dict(bad, cfg)
+  missing = {k: v for k, v in sd.items() if 'layer.1.output.LayerNorm' not in k}
+  with pytest.raises(KeyError, match=r'encoder\.layer\.1\.output\.LayerNorm\.weight'):
+    hf.convert_state_dict(missing, cfg)
+  headless = {k: v for k, v in sd.items() if not k.startswith('classifier.')}
+  with pytest.raises(ValueError, match='no classification head'):
+    hf.convert_state_dict(headless, cfg)
+  table = dict(sd)
+  table['roformer.encoder.embed_positions.weight'] = sd[
+      'roformer.encoder.embed_positions.weight'] * 2
+  with pytest.raises(ValueError, match='sinusoidal'):
+    hf.convert_state_dict(table, cfg)
+  with pytest.raises(ValueError, match='hidden_act'):
+    hf.model_config({**hf.load_hf_config(classifier_dir), 'hidden_act': 'relu'})
+  with pytest.raises(ValueError, match='num_classes=7'):
+    hf.load_hf_roformer(classifier_dir, num_classes=7)
+  with pytest.raises(FileNotFoundError):
+    hf.load_hf_roformer(str(tmp_path / 'nowhere'))

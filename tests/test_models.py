@@ -1,0 +1,352 @@
+"""Tests for models/: every scheme x attention kind on the tiny preset."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+import models
+from configs.default import get_config
+from models import positions as positions_lib
+from models import sharding
+
+VOCAB = 40
+CLASSES = 3
+SCHEMES = tuple(models.SCHEMES)
+LINEAR_SCHEMES = ('none', 'sinusoidal', 'learned', 'rotary')
+COMBOS = [(p, 'softmax') for p in SCHEMES] + [(p, 'linear') for p in LINEAR_SCHEMES]
+INVARIANT = ('none', 'shaw', 't5', 'alibi', 'rotary')
+# Pre-LN, mean pooling, an embedding projection and token types, in one configuration.
+PRE_LN = {'position': 'none', 'norm': 'pre', 'pooling': 'mean', 'embedding_size': 32,
+          'type_vocab_size': 2}
+
+
+def key_for(seed: int) -> jax.Array:
+  """A PRNG key; RngBitGenerator keys compile far faster than threefry on CPU (test speed)."""
+  return jax.random.key(seed, impl='rbg')
+
+
+def make_cfg(deterministic: bool = True, **overrides) -> models.ModelConfig:
+  """A tiny config from configs/default.py; keys are 'field' (model group) or 'rope.field'."""
+  config = get_config()
+  config.model.size = 'tiny'
+  for key, value in overrides.items():
+    group, _, field = key.rpartition('.')
+    config[group or 'model'][field] = value
+  cfg = models.ModelConfig.from_config(config, vocab_size=VOCAB, num_classes=CLASSES)
+  return cfg.replace(deterministic=deterministic)
+
+
+def batch(length: int = 8, pad: int = 3, offset: int = 0):
+  """Token ids [2, length] (row 0 ends in `pad` padding tokens) and positions offset + arange."""
+  ids = np.random.default_rng(0).integers(1, VOCAB, size=(2, length))
+  ids[0, length - pad:] = models.PAD_ID
+  positions = np.broadcast_to(np.arange(length) + offset, (2, length))
+  return jnp.asarray(ids), jnp.asarray(positions)
+
+
+@functools.lru_cache(maxsize=None)
+def model_for(cfg: models.ModelConfig) -> models.Classifier:
+  graphdef, params = models.init(cfg, key_for(0))
+  return nnx.merge(graphdef, params)
+
+
+def combo_id(combo) -> str:
+  return '-'.join(combo)
+
+
+# ------------------------------------------------------------------ shapes, dtypes, combos
+
+
+@pytest.mark.parametrize('combo', COMBOS, ids=combo_id)
+def test_shapes_and_dtypes(combo):
+  position, attention = combo
+  model = model_for(make_cfg(position=position, attention=attention, pooling='mean'))
+  ids, pos = batch()
+  hidden = model.encode(ids, pos)
+  logits = model(ids, pos)
+  assert hidden.shape == (2, 8, 64) and hidden.dtype == jnp.float32
+  assert logits.shape == (2, CLASSES) and logits.dtype == jnp.float32
+  assert np.isfinite(logits).all()
+
+
+@pytest.mark.parametrize('overrides', [
+    {'rope.layout': 'half', 'rope.rotary_dim': 8},
+    {'rope.scaling': 'yarn', 'rope.scaling_factor': 4.0, 'rope.xpos': True},
+    {'rope.scaling': 'llama3', 'rope.scaling_factor': 8.0, 'rope.rotary_value': True},
+    {'rope.rotary_value': True, 'attention': 'linear', 'linear_feature_map': 'relu'},
+    {'position': 'shaw', 'shaw_values': True, 'attention_dropout_rate': 0.1},
+    PRE_LN,
+], ids=lambda o: ','.join(f'{k}={v}' for k, v in o.items()))
+def test_variants_run(overrides):
+  model = model_for(make_cfg(**overrides))
+  ids, pos = batch()
+  logits = model(ids, pos)
+  assert logits.shape == (2, CLASSES) and np.isfinite(logits).all()
+
+
+@pytest.mark.parametrize('combo', [('rotary', 'softmax'), ('shaw', 'softmax'),
+                                   ('learned', 'linear')], ids=combo_id)
+def test_bfloat16_forward(combo):
+  position, attention = combo
+  cfg = make_cfg(position=position, attention=attention, dtype='bfloat16',
+                 shaw_values=position == 'shaw')
+  graphdef, params = models.init(cfg, key_for(0))
+  assert all(p.dtype == jnp.float32 for p in jax.tree.leaves(params))
+  model = nnx.merge(graphdef, params)
+  ids, pos = batch()
+  hidden = model.encode(ids, pos)
+  logits = model(ids, pos)
+  assert hidden.dtype == jnp.bfloat16
+  assert logits.dtype == jnp.float32 and np.isfinite(logits).all()
+  fp32_graphdef, _ = jax.eval_shape(functools.partial(models.init, cfg.replace(dtype='float32')),
+                                    key_for(0))
+  reference = nnx.merge(fp32_graphdef, params)(ids, pos)
+  np.testing.assert_allclose(logits, reference, atol=0.05)
+
+
+@pytest.mark.parametrize('position', ['shaw', 't5', 'alibi'])
+def test_linear_attention_rejects_logit_schemes(position):
+  with pytest.raises(ValueError, match='none, sinusoidal, learned, rotary'):
+    make_cfg(position=position, attention='linear')
+
+
+# ------------------------------------------------------------------ padding and translation
+
+
+PADDING_CASES = ([combo + ('mean',) for combo in COMBOS] +
+                 [('rotary', 'softmax', 'cls'), ('shaw', 'softmax', 'cls'),
+                  ('rotary', 'linear', 'cls')])
+
+
+@pytest.mark.parametrize('case', PADDING_CASES, ids=combo_id)
+def test_padding_changes_nothing(case):
+  position, attention, pooling = case
+  model = model_for(make_cfg(position=position, attention=attention, pooling=pooling))
+  ids, pos = batch(length=8, pad=3)
+  ids_padded = jnp.pad(ids, ((0, 0), (0, 5)))  # 5 more padding tokens per row
+  _, pos_padded = batch(length=13)
+  real = np.asarray(ids != models.PAD_ID)
+  hidden, hidden_padded = model.encode(ids, pos), model.encode(ids_padded, pos_padded)[:, :8]
+  np.testing.assert_allclose(np.asarray(hidden)[real], np.asarray(hidden_padded)[real],
+                             atol=2e-5)
+  np.testing.assert_allclose(model(ids, pos), model(ids_padded, pos_padded), atol=2e-5)
+
+
+def test_explicit_mask_matches_pad_ids():
+  model = model_for(make_cfg(position='t5', pooling='mean'))
+  ids, pos = batch()
+  np.testing.assert_array_equal(model(ids, pos), model(ids, pos, ids != models.PAD_ID))
+
+
+@pytest.mark.parametrize('combo', COMBOS, ids=combo_id)
+def test_translation(combo):
+  position, attention = combo
+  model = model_for(make_cfg(position=position, attention=attention, pooling='mean'))
+  ids, pos = batch()
+  _, shifted = batch(offset=7)
+  hidden, hidden_shifted = model.encode(ids, pos), model.encode(ids, shifted)
+  if position in INVARIANT:
+    np.testing.assert_allclose(hidden, hidden_shifted, atol=1e-4)
+  else:
+    assert np.abs(np.asarray(hidden) - np.asarray(hidden_shifted)).max() > 1e-2
+
+
+def test_rotary_xpos_translation_invariant():
+  model = model_for(make_cfg(**{'rope.xpos': True}))
+  ids, pos = batch()
+  _, shifted = batch(offset=5)
+  np.testing.assert_allclose(model.encode(ids, pos), model.encode(ids, shifted), atol=1e-4)
+
+
+# ------------------------------------------------------------------ gradients, remat, jit
+
+
+def loss_and_grads(cfg: models.ModelConfig, params, key=None):
+  """Loss and gradients for a fixed batch, eagerly (eager ops compile once for all tests)."""
+  graphdef, _ = jax.eval_shape(functools.partial(models.init, cfg), key_for(0))
+  ids, pos = batch()
+
+  def loss(params):
+    rngs = None if key is None else nnx.Rngs(dropout=key)
+    logits = nnx.merge(graphdef, params)(ids, pos, rngs=rngs)
+    return jnp.sum(jax.nn.log_softmax(logits)[:, 0])
+
+  return jax.value_and_grad(loss)(params)
+
+
+@pytest.mark.parametrize('overrides', [
+    PRE_LN, {'position': 'sinusoidal'}, {'position': 'learned'},
+    {'position': 'shaw', 'shaw_values': True}, {'position': 't5'}, {'position': 'alibi'},
+    {'position': 'rotary'}, {'position': 'rotary', 'attention': 'linear'},
+], ids=lambda o: ','.join(f'{k}={v}' for k, v in o.items()))
+def test_gradients_finite_and_nonzero(overrides):
+  cfg = make_cfg(**overrides)
+  _, params = models.init(cfg, key_for(0))
+  _, grads = loss_and_grads(cfg, params)
+  for path, g in jax.tree_util.tree_leaves_with_path(grads):
+    name = jax.tree_util.keystr(path)
+    assert np.isfinite(g).all(), name
+    assert np.abs(g).max() > 0, name
+
+
+def test_remat_same_outputs_and_gradients():
+  """Remat against the plain model, with both dropouts active."""
+  cfg = make_cfg(position='shaw', shaw_values=True, deterministic=False,
+                 attention_dropout_rate=0.1, num_layers=1)
+  _, params = models.init(cfg, key_for(0))
+  key = key_for(7)
+  loss, grads = loss_and_grads(cfg, params, key)
+  loss_remat, grads_remat = loss_and_grads(cfg.replace(remat=True), params, key)
+  np.testing.assert_allclose(loss, loss_remat, rtol=1e-5)
+  jax.tree.map(functools.partial(np.testing.assert_allclose, atol=1e-5), grads, grads_remat)
+
+
+def test_jit_matches_eager():
+  cfg = make_cfg(position='alibi', deterministic=False, num_layers=1)
+  graphdef, params = models.init(cfg, key_for(0))
+  ids, pos = batch()
+
+  def forward(params, key):
+    return nnx.merge(graphdef, params)(ids, pos, rngs=nnx.Rngs(dropout=key))
+
+  key = key_for(3)
+  np.testing.assert_allclose(jax.jit(forward)(params, key), forward(params, key), atol=1e-5)
+
+
+def test_dropout_keys():
+  cfg = make_cfg(position='rotary', deterministic=False)
+  graphdef, params = models.init(cfg, key_for(0))
+  model = nnx.merge(graphdef, params)
+  ids, pos = batch()
+  run = lambda seed: model(ids, pos, rngs=nnx.Rngs(dropout=key_for(seed)))
+  np.testing.assert_array_equal(run(1), run(1))
+  assert np.abs(np.asarray(run(1)) - np.asarray(run(2))).max() > 1e-4
+  with pytest.raises(ValueError, match='rngs=nnx.Rngs'):
+    model(ids, pos)
+  eval_graphdef, _ = jax.eval_shape(functools.partial(models.init, cfg.replace(deterministic=True)),
+                                    key_for(0))
+  eval_model = nnx.merge(eval_graphdef, params)
+  np.testing.assert_array_equal(eval_model(ids, pos), eval_model(ids, pos))
+
+
+# ------------------------------------------------------------------ errors
+
+
+def test_learned_longer_than_max_length_raises():
+  model = model_for(make_cfg(position='learned', max_length=8))
+  ids, pos = batch(length=9)
+  with pytest.raises(models.LengthError, match='max_length=8'):
+    model(ids, pos)
+  with pytest.raises(ValueError, match='max_length=8'):  # also under jit
+    jax.jit(lambda ids, pos: model(ids, pos))(ids, pos)
+
+
+def test_learned_position_values_out_of_range_are_nan():
+  model = model_for(make_cfg(position='learned', max_length=8))
+  ids, pos = batch(offset=1)
+  assert np.isnan(model(ids, pos)).all()
+
+
+@pytest.mark.parametrize('overrides, message', [
+    ({'position': 'fourier'}, 'model.position.*none, sinusoidal, learned, shaw, t5, alibi, rotary'),
+    ({'attention': 'performer'}, 'model.attention.*softmax, linear'),
+    ({'norm': 'sandwich'}, 'model.norm.*post, pre'),
+    ({'pooling': 'max'}, 'model.pooling.*cls, mean'),
+    ({'dtype': 'float16'}, 'model.dtype.*float32, bfloat16'),
+    ({'size': 'huge'}, 'model.size.*tiny, small, base'),
+    ({'linear_feature_map': 'exp'}, 'model.linear_feature_map.*elu\\+1, relu'),
+    ({'rope.layout': 'zigzag'}, 'rope.layout.*interleaved, half'),
+    ({'rope.scaling': 'dynamic'}, 'rope.scaling.*none, linear, ntk, yarn, llama3'),
+    ({'num_heads': 5}, 'not divisible by model.num_heads=5'),
+    ({'hidden_size': 60, 'num_heads': 4, 'position': 'rotary'}, 'even head_dim'),
+    ({'rope.rotary_dim': 32}, 'rope.rotary_dim=32'),
+    ({'rope.rotary_dim': 6, 'position': 'alibi'}, 'rope.rotary_dim only applies to'),
+    ({'rope.xpos': True, 'position': 't5'}, 'rope.xpos only applies to model.position=rotary'),
+    ({'shaw_values': True, 'position': 'rotary'}, 'model.shaw_values only applies'),
+    ({'attention': 'linear', 'attention_dropout_rate': 0.1}, 'attention_dropout_rate'),
+    ({'position': 't5', 't5_num_buckets': 7}, 'model.t5_num_buckets'),
+    ({'position': 'shaw', 'shaw_max_distance': 0}, 'model.shaw_max_distance'),
+    ({'position': 'sinusoidal', 'embedding_size': 33}, 'even embedding width'),
+    ({'rope.scaling': 'yarn', 'rope.yarn_beta_fast': 0.5}, 'beta_fast'),
+])
+def test_invalid_config_raises(overrides, message):
+  with pytest.raises(ValueError, match=message):
+    make_cfg(**overrides)
+
+
+def test_bad_inputs_raise():
+  model = model_for(make_cfg())
+  ids, pos = batch()
+  with pytest.raises(ValueError, match='positions shape'):
+    model(ids, pos[:, :4])
+  with pytest.raises(ValueError, match='type_vocab_size=0'):
+    model(ids, pos, token_type_ids_BxL=jnp.zeros_like(ids))
+
+
+# ------------------------------------------------------------------ scheme internals
+
+
+def test_alibi_slopes_follow_the_paper():
+  np.testing.assert_allclose(positions_lib.alibi_slopes(8), 2.0 ** -np.arange(1, 9))
+  # 6 heads: the 4-head slopes, then every other slope of the 8-head sequence (2 of them).
+  np.testing.assert_allclose(positions_lib.alibi_slopes(6),
+                             [2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8, 2 ** -1, 2 ** -3])
+
+
+def test_t5_buckets():
+  relative = jnp.arange(-200, 201)[None, None, :]
+  buckets = np.asarray(positions_lib.t5_buckets(relative, 32, 128))[0, 0]
+  distance = np.arange(-200, 201)
+  assert buckets[distance == 0] == 0
+  np.testing.assert_array_equal(buckets[(distance < 0) & (distance > -8)], np.arange(7, 0, -1))
+  np.testing.assert_array_equal(buckets[(distance > 0) & (distance < 8)], 16 + np.arange(1, 8))
+  assert (buckets[distance <= -128] == 15).all() and (buckets[distance >= 128] == 31).all()
+  assert (np.diff(buckets[distance >= 0]) >= 0).all()
+
+
+def test_sinusoidal_table_matches_vaswani():
+  table = np.asarray(positions_lib.sinusoidal_table(jnp.array([[0, 3]]), 8))[0]
+  i = np.arange(4)
+  np.testing.assert_allclose(table[1, 0::2], np.sin(3 / 10000 ** (2 * i / 8)), rtol=1e-6)
+  np.testing.assert_allclose(table[1, 1::2], np.cos(3 / 10000 ** (2 * i / 8)), rtol=1e-6)
+  np.testing.assert_allclose(table[0], np.tile([0.0, 1.0], 4))
+
+
+# ------------------------------------------------------------------ sharding
+
+
+def test_constrain_is_a_noop_without_rules_and_mesh():
+  x = jnp.ones((2, 3))
+  assert sharding.constrain(x, ('batch', 'embed')) is x
+  with pytest.raises(ValueError, match='Unknown logical axis'):
+    sharding.param_metadata(('batch', 'model'))
+
+
+def test_init_under_jit_and_eval_shape_with_mesh_and_rules():
+  """Jitted init under a mesh and rules shards eagerly; eval_shape gives the same tree."""
+  mesh = jax.make_mesh((1,), ('data',), axis_types=(jax.sharding.AxisType.Auto,))
+  # 'heads' and 'batch' share a mesh axis: activations [batch, length, heads, kv] keep it once.
+  rules = (('batch', 'data'), ('length', None), ('embed', None), ('heads', 'data'), ('kv', None),
+           ('mlp', 'data'), ('vocab', None), ('classes', None))
+  cfg = make_cfg(position='t5', num_layers=1)
+  ids, pos = batch()
+  with jax.set_mesh(mesh), nnx.logical_axis_rules(rules):
+    graphdef, params = jax.jit(models.init, static_argnums=0)(cfg, key_for(0))
+    specs = nnx.get_partition_spec(params)
+    logits = jax.jit(lambda params: nnx.merge(graphdef, params)(ids, pos))(params)
+  _, abstract = jax.eval_shape(functools.partial(models.init, cfg), key_for(0))
+  assert jax.tree.map(lambda x: (x.shape, x.dtype), params) == jax.tree.map(
+      lambda x: (x.shape, x.dtype), abstract)
+  assert models.count_params(params) == models.count_params(abstract)
+  layer = specs['layers'][0]
+  assert layer['attention']['query']['kernel'].get_value() == jax.P(None, 'data', None)
+  assert layer['intermediate']['kernel'].get_value() == jax.P(None, 'data')
+  np.testing.assert_allclose(logits, model_for(cfg)(ids, pos), atol=1e-6)
+  assert sharding.logical_to_mesh(('heads', 'kv'), (('heads', 'model'), ('kv', 'model'))) == \
+      jax.P('model', None)

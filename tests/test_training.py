@@ -1,0 +1,154 @@
+"""End-to-end tests of train_and_evaluate, resume, eval.py and the command line (tiny preset)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+import data as data_lib
+from configs import tiny
+from training import evaluation, metrics, trainer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def data_dir(tfds_dir):
+  return tfds_dir
+
+
+def tiny_config(data_dir, **overrides):
+  c = tiny.get_config()
+  c.data.data_dir = data_dir
+  for key, value in overrides.items():
+    group, field = key.split('.')
+    c[group][field] = value
+  return c
+
+
+def params_of(workdir, step):
+  from training import checkpoints
+  exp = trainer.Experiment(trainer.load_config(workdir), workdir)
+  ckpt = checkpoints.Checkpointer(workdir, 5)
+  state = ckpt.restore(step, exp.abstract_with_shardings())
+  ckpt.close()
+  return jax.tree.map(np.asarray, state.params)
+
+
+def test_train_resume_and_eval(tmp_path, data_dir):
+  workdir = str(tmp_path / 'run')
+  config = tiny_config(data_dir)
+  summary = trainer.train_and_evaluate(config, workdir)
+  records = metrics.read_metrics(workdir)
+  train = [r for r in records if 'train/loss' in r]
+  # (The probes' loss stays near ln 2 for ~100 steps; loss decrease is tested on ListOps and
+  # fortunes below and in the ablation.)
+  assert [r['step'] for r in train] == [5, 10, 15, 20]
+  assert all(np.isfinite(r['train/loss']) for r in train)
+  assert os.path.exists(os.path.join(workdir, 'checkpoints', '20'))
+  assert os.path.exists(os.path.join(workdir, 'config.json'))
+  assert os.listdir(os.path.join(workdir, 'tb', 'seed_0'))
+  assert set(summary['eval']) == {'test', 'test_128', 'test_256'}
+  assert 0.0 <= summary['validation_accuracy'][0] <= 1.0
+
+  # A second invocation with a longer budget resumes at step 20.
+  config.train.num_steps = 30
+  trainer.train_and_evaluate(config, workdir)
+  steps = [r['step'] for r in metrics.read_metrics(workdir) if 'train/loss' in r]
+  assert steps == [5, 10, 15, 20, 25, 30]
+
+  # eval.py's library function: best checkpoint, extrapolation lengths.
+  results = evaluation.evaluate_workdir(workdir, eval_lengths=[128, 256])
+  assert set(results['eval']) == {'test', 'test_128', 'test_256'}
+  assert results['eval']['test_256']['length'] == 256
+  assert 'test_128' in evaluation.format_table(results)
+
+
+def test_kill_and_resume_gives_identical_metrics_and_params(tmp_path, data_dir, monkeypatch):
+  config = tiny_config(data_dir)
+  config.model.dropout_rate = 0.1  # dropout keys must also resume correctly
+  straight = str(tmp_path / 'straight')
+  trainer.train_and_evaluate(config, straight)
+
+  interrupted = str(tmp_path / 'interrupted')
+  real_iterator = data_lib.train_iterator
+
+  def dying_iterator(*args, **kwargs):
+    for i, batch in enumerate(real_iterator(*args, **kwargs)):
+      if kwargs['start_step'] + i == 13:
+        raise KeyboardInterrupt('simulated kill at step 14')
+      yield batch
+
+  monkeypatch.setattr(data_lib, 'train_iterator', dying_iterator)
+  with pytest.raises(KeyboardInterrupt):
+    trainer.train_and_evaluate(config, interrupted)
+  monkeypatch.setattr(data_lib, 'train_iterator', real_iterator)
+  trainer.train_and_evaluate(config, interrupted)  # resumes from step 10
+
+  with open(os.path.join(straight, metrics.METRICS_FILE)) as a, \
+       open(os.path.join(interrupted, metrics.METRICS_FILE)) as b:
+    assert a.read() == b.read()
+  pa, pb = params_of(straight, 20), params_of(interrupted, 20)
+  jax.tree.map(np.testing.assert_array_equal, pa, pb)
+
+
+def test_vmapped_seeds_match_separate_runs(tmp_path, data_dir):
+  together = trainer.train_and_evaluate(
+      tiny_config(data_dir, **{'train.num_seeds': 2, 'train.num_steps': 10}),
+      str(tmp_path / 'together'))
+  alone = trainer.train_and_evaluate(
+      tiny_config(data_dir, **{'train.seed': 1, 'train.num_steps': 10}),
+      str(tmp_path / 'alone'))
+  assert together['seeds'] == [0, 1]
+  np.testing.assert_allclose(together['validation_loss'][1], alone['validation_loss'][0],
+                             rtol=1e-4)
+
+
+def test_nonfinite_loss_stops_and_keeps_checkpoint(tmp_path, data_dir):
+  workdir = str(tmp_path / 'nan')
+  config = tiny_config(data_dir, **{'optim.learning_rate': 1e38, 'optim.grad_clip_norm': 0.0,
+                                    'optim.warmup_steps': 0})
+  with pytest.raises(trainer.NonFiniteLossError, match='NaN/Inf at step'):
+    trainer.train_and_evaluate(config, workdir)
+  config.train.skip_nonfinite = True
+  summary = trainer.train_and_evaluate(config, str(tmp_path / 'skip'))
+  assert summary['skipped_updates'][0] > 0
+
+
+@pytest.mark.parametrize('name', ['listops/small', 'fortunes'])
+def test_embedded_datasets_train(tmp_path, data_dir, name):
+  if name == 'fortunes' and not os.path.isdir('/usr/share/games/fortunes'):
+    pytest.skip('fortunes not installed (apt-get install fortunes)')
+  config = tiny_config(data_dir, **{'data.name': name, 'data.max_length': 128,
+                                    'train.num_steps': 30, 'train.eval_every': 30})
+  trainer.train_and_evaluate(config, str(tmp_path / 'run'))
+  train = [r for r in metrics.read_metrics(str(tmp_path / 'run')) if 'train/loss' in r]
+  assert train[-1]['train/loss'] < train[0]['train/loss']
+
+
+def run_cli(*args, timeout=300):
+  return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
+                        timeout=timeout)
+
+
+def test_command_line_train_eval_and_overrides(tmp_path, data_dir):
+  workdir = str(tmp_path / 'cli')
+  proc = run_cli('train.py', '--config=configs/tiny.py', f'--workdir={workdir}',
+                 f'--config.data.data_dir={data_dir}', '--config.model.position=alibi',
+                 '--config.train.num_steps=10')
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  with open(os.path.join(workdir, 'config.json')) as f:
+    assert json.load(f)['model']['position'] == 'alibi'
+  proc = run_cli('eval.py', f'--workdir={workdir}', '--eval_lengths=128')
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert 'test_128' in proc.stdout
+  # A misspelt override is an error (lock_config=True), and nothing is written.
+  proc = run_cli('train.py', '--config=configs/tiny.py', f'--workdir={tmp_path / "typo"}',
+                 '--config.model.positon=alibi')
+  assert proc.returncode != 0
+  assert 'positon' in proc.stderr
+  assert not os.path.exists(tmp_path / 'typo')

@@ -1,0 +1,29 @@
+"""Trains a RoFormer classifier.
+
+  python train.py --config=configs/default.py --workdir=/tmp/run --config.model.position=alibi
+
+Resumes automatically from the newest checkpoint in --workdir.
+"""
+
+from absl import app
+from absl import flags
+from ml_collections import config_flags
+
+import training
+
+FLAGS = flags.FLAGS
+config_flags.DEFINE_config_file('config', 'configs/default.py', 'Training config file.',
+                                lock_config=True)
+flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics and logs.',
+                    required=True)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  training.setup_runtime(FLAGS.config)
+  training.train_and_evaluate(FLAGS.config, FLAGS.workdir)
+
+
+if __name__ == '__main__':
+  app.run(main)

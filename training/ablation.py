@@ -1,0 +1,133 @@
+"""A grid of runs (datasets x position schemes x attention kinds x lengths, seeds vmapped)
+that differ only in the field under study, run through ``train_and_evaluate``.
+
+Each grid cell is one ``train_and_evaluate`` workdir under the ablation workdir; a cell whose
+``summary.json`` exists is finished and skipped, so an interrupted sweep resumes where it
+stopped. ``only`` runs a slice of the grid (comma-separated glob patterns over cell names, or
+``i:j`` indices), so a sweep can be spread over machines that share the workdir.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import fnmatch
+import json
+import os
+import time
+from typing import Callable
+
+import jax
+import ml_collections
+
+from analysis import report as report_lib
+from training import metrics as metrics_lib
+from training import trainer
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+  dataset: str
+  position: str
+  attention: str
+  max_length: int | None
+
+  @property
+  def name(self) -> str:
+    parts = [self.dataset.replace('/', '-'), self.position]
+    if self.attention != 'softmax':
+      parts[-1] += f'-{self.attention}'
+    if self.max_length:
+      parts[-1] += f'-L{self.max_length}'
+    return '/'.join(parts)
+
+
+def _split(text: str) -> list[str]:
+  return [x.strip() for x in str(text).split(',') if x.strip()]
+
+
+def grid(config: ml_collections.ConfigDict) -> list[Cell]:
+  """The cells of ``config.ablation``, datasets outermost."""
+  a = config.ablation
+  lengths = [int(x) for x in _split(a.max_lengths)] or [None]
+  return [Cell(d, p, at, n) for d in _split(a.datasets) for at in _split(a.attentions)
+          for n in lengths for p in _split(a.positions)]
+
+
+def select(cells: list[Cell], only: str) -> list[Cell]:
+  """Cells matching ``only``: '' (all), 'i:j' (a slice) or comma-separated glob patterns."""
+  if not only:
+    return cells
+  if ':' in only and all(p.strip().lstrip('-').isdigit() or not p.strip()
+                         for p in only.split(':')):
+    start, _, stop = only.partition(':')
+    return cells[int(start) if start else None:int(stop) if stop else None]
+  patterns = _split(only)
+  chosen = [c for c in cells if any(fnmatch.fnmatch(c.name, p) for p in patterns)]
+  if not chosen:
+    raise ValueError(f'--only={only!r} matches no run; runs are: '
+                     f'{", ".join(c.name for c in cells)}.')
+  return chosen
+
+
+def cell_config(config: ml_collections.ConfigDict, cell: Cell) -> ml_collections.ConfigDict:
+  """The run config of one cell: the base config with only the studied fields changed."""
+  base = copy.deepcopy(config.to_dict())
+  base.pop('ablation')
+  c = ml_collections.ConfigDict(base)
+  c.data.name = cell.dataset
+  c.model.position = cell.position
+  c.model.attention = cell.attention
+  if cell.max_length:
+    c.data.max_length = cell.max_length
+  c.train.num_seeds = config.ablation.num_seeds
+  return ml_collections.ConfigDict(c, type_safe=True)
+
+
+def run_grid(config: ml_collections.ConfigDict, workdir: str, *, only: str = '',
+             command: str = '', train_fn: Callable = trainer.train_and_evaluate) -> str:
+  """Runs (or skips, if finished) every selected cell, then writes and returns the report."""
+  workdir = os.path.abspath(os.path.expanduser(workdir))
+  os.makedirs(workdir, exist_ok=True)
+  cells = select(grid(config), only)
+  todo = [c for c in cells if report_lib.load_run(os.path.join(workdir, c.name)) is None]
+  metrics_lib.console(f'Ablation: {len(cells)} runs ({len(cells) - len(todo)} already '
+                      f'finished), {config.ablation.num_seeds} seed(s) each, in {workdir}.')
+  started, durations = time.perf_counter(), []
+  for i, cell in enumerate(todo):
+    run_dir = os.path.join(workdir, cell.name)
+    t0 = time.perf_counter()
+    metrics_lib.console(f'[{len(cells) - len(todo) + i + 1}/{len(cells)}] {cell.name}')
+    try:
+      run_config = cell_config(config, cell)
+      trainer.check_config_applicable(run_config)
+    except ValueError as e:  # e.g. a bias scheme with linear attention
+      metrics_lib.console(f'  not applicable: {e}')
+      os.makedirs(run_dir, exist_ok=True)
+      if jax.process_index() == 0:
+        with open(os.path.join(run_dir, report_lib.NOT_APPLICABLE_FILE), 'w') as f:
+          json.dump({'dataset': cell.dataset, 'position': cell.position,
+                     'attention': cell.attention, 'reason': str(e)}, f)
+      continue
+    train_fn(run_config, run_dir)
+    durations.append(time.perf_counter() - t0)
+    left = len(todo) - i - 1
+    eta = left * sum(durations) / len(durations)
+    metrics_lib.console(f'  done in {durations[-1]:.0f}s; {len(cells) - left}/{len(cells)} '
+                        f'runs finished, ETA {eta / 60:.1f} min')
+  metrics_lib.console(f'Ablation finished in {(time.perf_counter() - started) / 60:.1f} min.')
+  return build_report(config, workdir, cells, command=command)
+
+
+def build_report(config: ml_collections.ConfigDict, workdir: str, cells: list[Cell], *,
+                 command: str) -> str:
+  """Rebuilds report.md, results.csv/json and plots from the finished cells (no training)."""
+  runs = [r for c in cells
+          if (r := report_lib.load_run(os.path.join(workdir, c.name), c.name)) is not None]
+  missing = len(cells) - len(runs)
+  extra = f'**{missing} of {len(cells)} runs have not finished yet.**' if missing else ''
+  if jax.process_index() != 0:
+    return ''
+  return report_lib.write_report(workdir, runs, command=command,
+                                 config_json=config.to_json_best_effort(indent=1),
+                                 reference=config.ablation.reference, extra=extra)

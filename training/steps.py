@@ -1,0 +1,106 @@
+"""The pure train and eval steps.
+
+Every array in the train state has a leading seed axis S: ``S`` seeds of one configuration
+train together in one jitted step, ``jax.vmap``-ed over that axis (different init and dropout
+keys, shared batches). S = 1 is an ordinary run. The steps are pure functions
+``(state, batch) -> (state, metrics)``; ``make_train_step`` wraps them once in ``jax.jit`` with
+shardings and a donated state.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+Batch = dict[str, jax.Array]
+Params = Any
+
+
+class TrainState(flax.struct.PyTreeNode):
+  """Training state of S seeds (leading axis S on every field).
+
+  Attributes:
+    step: int32 [S], train steps taken (identical across seeds).
+    params: the model parameters as a pure nested dict of [S, ...] arrays.
+    opt_state: the optax state.
+    key: uint32 [S, 2], each seed's base PRNG key; step t's dropout key is fold_in(key, t).
+    skipped: int32 [S], updates skipped because the loss or gradients were not finite.
+  """
+
+  step: jax.Array
+  params: Params
+  opt_state: optax.OptState
+  key: jax.Array
+  skipped: jax.Array
+
+
+def model_inputs(batch: Batch) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """inputs [B, L], positions [B, L] and the padding mask [B, L] (token id 0 is padding)."""
+  return batch['inputs'], batch['positions'], batch['inputs'] != 0
+
+
+def loss_and_metrics(logits_BxC: jax.Array, batch: Batch) -> tuple[jax.Array, dict]:
+  """Weighted mean cross-entropy, and metric sums (reduced on the host)."""
+  weight_B = batch['weight'].astype(jnp.float32)
+  losses_B = optax.softmax_cross_entropy_with_integer_labels(
+      logits_BxC.astype(jnp.float32), batch['label'])
+  correct_B = (jnp.argmax(logits_BxC, -1) == batch['label']).astype(jnp.float32)
+  denom = jnp.maximum(weight_B.sum(), 1.0)
+  sums = {'loss_sum': (losses_B * weight_B).sum(), 'correct_sum': (correct_B * weight_B).sum(),
+          'count': weight_B.sum()}
+  return (losses_B * weight_B).sum() / denom, sums
+
+
+def make_step_fns(train_graphdef: nnx.GraphDef, eval_graphdef: nnx.GraphDef,
+                  tx: optax.GradientTransformation, schedule: optax.Schedule,
+                  grad_accum_steps: int, skip_nonfinite: bool):
+  """The per-seed train and eval steps (pure; vmapped and jitted by the caller)."""
+
+  def train_step(state: TrainState, batch: Batch) -> tuple[TrainState, dict]:
+    dropout_key = jax.random.fold_in(state.key, state.step)
+    inputs, positions, mask = model_inputs(batch)
+
+    def loss_fn(params):
+      model = nnx.merge(train_graphdef, params)
+      logits = model(inputs, positions, mask, rngs=nnx.Rngs(dropout=dropout_key))
+      return loss_and_metrics(logits, batch)
+
+    (loss, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    grad_norm = optax.global_norm(grads)
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+    skipped = state.skipped
+    if skip_nonfinite:
+      keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)
+      params, opt_state = keep(params, state.params), keep(opt_state, state.opt_state)
+      skipped = skipped + (~finite).astype(jnp.int32)
+    new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state,
+                              skipped=skipped)
+    metrics = dict(sums, grad_norm=grad_norm, finite=finite,
+                   learning_rate=schedule(state.step // grad_accum_steps), skipped=skipped)
+    return new_state, metrics
+
+  def eval_step(params: Params, batch: Batch) -> dict:
+    inputs, positions, mask = model_inputs(batch)
+    logits = nnx.merge(eval_graphdef, params)(inputs, positions, mask)
+    return loss_and_metrics(logits, batch)[1]
+
+  return train_step, eval_step
+
+
+def jit_steps(train_step: Callable, eval_step: Callable, state_sharding, batch_sharding,
+              replicated):
+  """vmaps the steps over the seed axis (batches shared) and jits them once, state donated."""
+  train = jax.jit(jax.vmap(train_step, in_axes=(0, None)),
+                  in_shardings=(state_sharding, batch_sharding),
+                  out_shardings=(state_sharding, replicated), donate_argnums=0)
+  evaluate = jax.jit(jax.vmap(eval_step, in_axes=(0, None)),
+                     in_shardings=(state_sharding.params, batch_sharding),
+                     out_shardings=replicated)
+  return train, evaluate

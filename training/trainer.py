@@ -1,0 +1,338 @@
+"""``train_and_evaluate(config, workdir)``: the whole training run, resumable from the workdir."""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import time
+from typing import Any, Iterable, Iterator
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from flax import nnx
+
+import data as data_lib
+import models
+from training import checkpoints
+from training import metrics as metrics_lib
+from training import optim
+from training import partitioning
+from training import steps as steps_lib
+
+CONFIG_FILE = 'config.json'
+SUMMARY_FILE = 'summary.json'
+# Config fields that may change when a run is resumed (everything else must match).
+RESUMABLE_FIELDS = ('train.num_steps', 'train.eval_every', 'train.log_every',
+                    'train.checkpoint_every', 'train.keep_checkpoints', 'train.eval_batch_size',
+                    'train.compilation_cache_dir', 'train.skip_nonfinite', 'data.data_dir',
+                    'data.prefetch', 'mesh.data', 'mesh.fsdp', 'mesh.tensor')
+
+
+class NonFiniteLossError(RuntimeError):
+  """The loss or the gradients became NaN/Inf."""
+
+
+def setup_runtime(config: ml_collections.ConfigDict) -> None:
+  """Process-wide JAX settings: the persistent compilation cache (compile once per shape)."""
+  if config.train.compilation_cache_dir:
+    path = os.path.expanduser(config.train.compilation_cache_dir)
+    jax.config.update('jax_compilation_cache_dir', path)
+    jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.5)
+
+
+def validate_config(config: ml_collections.ConfigDict) -> None:
+  """Checks the training fields, with messages that name the field and the fix."""
+  t, o = config.train, config.optim
+  for name in ('num_steps', 'batch_size', 'eval_batch_size', 'eval_every', 'log_every',
+               'checkpoint_every', 'keep_checkpoints', 'num_seeds'):
+    if t[name] <= 0:
+      raise ValueError(f'train.{name} must be > 0, got {t[name]}.')
+  if config.data.max_length <= 1:
+    raise ValueError(f'data.max_length must be > 1 ([CLS] plus text), got '
+                     f'{config.data.max_length}.')
+  if o.learning_rate < 0:
+    raise ValueError(f'optim.learning_rate must be >= 0, got {o.learning_rate}.')
+  if o.grad_accum_steps <= 0 or t.num_steps % o.grad_accum_steps:
+    raise ValueError(f'train.num_steps={t.num_steps} must be a positive multiple of '
+                     f'optim.grad_accum_steps={o.grad_accum_steps}.')
+  if o.warmup_steps < 0 or o.warmup_steps > t.num_steps // o.grad_accum_steps:
+    raise ValueError(f'optim.warmup_steps={o.warmup_steps} must be between 0 and the number of '
+                     f'optimizer updates ({t.num_steps // o.grad_accum_steps}); shorten the '
+                     'warmup or train longer.')
+
+
+def check_config_applicable(config: ml_collections.ConfigDict) -> None:
+  """Raises ValueError if the model options do not fit together (before any data is read)."""
+  validate_config(config)
+  models.ModelConfig.from_config(config, vocab_size=2, num_classes=2)
+
+
+def _flatten(d: dict, prefix: str = '') -> dict[str, Any]:
+  out = {}
+  for k, v in d.items():
+    if isinstance(v, dict):
+      out.update(_flatten(v, f'{prefix}{k}.'))
+    else:
+      out[f'{prefix}{k}'] = v
+  return out
+
+
+def check_resume_compatible(config: ml_collections.ConfigDict, workdir: str) -> None:
+  """Refuses a workdir whose saved config differs in fields that shape the run."""
+  path = os.path.join(workdir, CONFIG_FILE)
+  if not os.path.exists(path):
+    return
+  with open(path) as f:
+    saved = _flatten(json.load(f))
+  current = _flatten(json.loads(config.to_json_best_effort()))
+  differing = sorted(k for k in set(saved) | set(current)
+                     if k not in RESUMABLE_FIELDS and saved.get(k) != current.get(k))
+  if differing:
+    details = ', '.join(f'{k}: saved {saved.get(k)!r} vs now {current.get(k)!r}'
+                        for k in differing)
+    raise ValueError(f'The workdir {workdir} holds a run with a different config ({details}). '
+                     'Use a new --workdir, or the saved settings to resume.')
+
+
+def load_config(workdir: str) -> ml_collections.ConfigDict:
+  """The resolved config saved by ``train_and_evaluate`` in a workdir."""
+  path = os.path.join(workdir, CONFIG_FILE)
+  if not os.path.exists(path):
+    raise FileNotFoundError(f'No {CONFIG_FILE} in {workdir!r}: is this the --workdir of a '
+                            'train.py run?')
+  with open(path) as f:
+    return ml_collections.ConfigDict(json.load(f))
+
+
+class Experiment:
+  """Everything a run derives from its config once: data info, model, mesh, steps, shardings."""
+
+  def __init__(self, config: ml_collections.ConfigDict, workdir: str):
+    validate_config(config)
+    self.config = config
+    self.workdir = workdir
+    self.info = data_lib.get_info(config.data, workdir=workdir)
+    self.model_config = models.ModelConfig.from_config(
+        config, vocab_size=self.info.vocab_size, num_classes=self.info.num_classes)
+    self.mesh = partitioning.make_mesh(config.mesh)
+    dp = partitioning.data_parallel_size(self.mesh)
+    for name in ('batch_size', 'eval_batch_size'):
+      size = config.train[name]
+      if size % dp or size % jax.process_count():
+        raise ValueError(f'train.{name}={size} is not divisible by the {dp} data-parallel '
+                         f'devices and {jax.process_count()} processes; use a multiple of '
+                         f'{math.lcm(dp, jax.process_count())}.')
+    self.seeds = [config.train.seed + i for i in range(config.train.num_seeds)]
+    self.num_updates = config.train.num_steps // config.optim.grad_accum_steps
+    self.tx, self.schedule = optim.make_optimizer(config.optim, self.num_updates)
+    graphdef = lambda cfg: jax.eval_shape(functools.partial(models.init, cfg),
+                                          jax.random.PRNGKey(0))[0]
+    train_graphdef = graphdef(self.model_config)
+    eval_graphdef = graphdef(self.model_config.replace(deterministic=True))
+    train_step, eval_step = steps_lib.make_step_fns(
+        train_graphdef, eval_graphdef, self.tx, self.schedule,
+        config.optim.grad_accum_steps, config.train.skip_nonfinite)
+    self.abstract_state = jax.eval_shape(self._init, self._seed_keys())
+    self.state_sharding = jax.tree.map(lambda _: partitioning.replicated(self.mesh),
+                                       self.abstract_state)
+    self.batch_sharding = partitioning.batch_sharding(self.mesh)
+    self.train_step, self.eval_step = steps_lib.jit_steps(
+        train_step, eval_step, self.state_sharding, self.batch_sharding,
+        partitioning.replicated(self.mesh))
+
+  def _seed_keys(self) -> jax.Array:
+    return jnp.stack([jax.random.PRNGKey(s) for s in self.seeds])
+
+  def _init(self, keys_Sx2: jax.Array) -> steps_lib.TrainState:
+    def init_one(key):
+      init_key, dropout_key = jax.random.split(key)
+      params = nnx.to_pure_dict(models.init(self.model_config, init_key)[1])
+      return steps_lib.TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                                  opt_state=self.tx.init(params), key=dropout_key,
+                                  skipped=jnp.zeros((), jnp.int32))
+    return jax.vmap(init_one)(keys_Sx2)
+
+  def init_state(self) -> steps_lib.TrainState:
+    """Parameters and optimizer state born with their shardings (never whole on one device)."""
+    return jax.jit(self._init, out_shardings=self.state_sharding)(self._seed_keys())
+
+  def abstract_with_shardings(self):
+    return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                        self.abstract_state, self.state_sharding)
+
+  def global_batch(self, local: dict[str, np.ndarray]) -> dict[str, jax.Array]:
+    """Assembles the global batch from this process's slice (multi-host ready)."""
+    return {k: jax.make_array_from_process_local_data(self.batch_sharding, v)
+            for k, v in local.items()}
+
+  def evaluate(self, params, batches: Iterable[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Per-seed loss and accuracy over every example of ``batches`` (sums reduced on host)."""
+    totals = None
+    for local in batches:
+      sums = jax.device_get(self.eval_step(params, self.global_batch(local)))
+      totals = sums if totals is None else jax.tree.map(np.add, totals, sums)
+    if totals is None:
+      raise ValueError('The evaluation split is empty.')
+    count = np.maximum(totals['count'], 1.0)
+    return {'loss': totals['loss_sum'] / count, 'accuracy': totals['correct_sum'] / count,
+            'count': totals['count']}
+
+  def eval_batches(self, split: str, max_length: int | None = None
+                   ) -> Iterator[dict[str, np.ndarray]]:
+    return data_lib.eval_iterator(
+        self.config.data, split, workdir=self.workdir,
+        global_batch_size=self.config.train.eval_batch_size, max_length=max_length,
+        process_index=jax.process_index(), process_count=jax.process_count())
+
+  def evaluate_lengths(self, params, splits: Iterable[tuple[str, int]]
+                       ) -> dict[str, dict[str, Any]]:
+    """Evaluates (split, length) pairs; a scheme that cannot run at a length says so.
+
+    Results are keyed by the split name, or ``split@length`` when the length is not the
+    split's natural one (text datasets evaluated at several lengths).
+    """
+    results = {}
+    for split, length in splits:
+      key = split if self.info.eval_splits.get(split) == length else f'{split}@{length}'
+      try:
+        m = self.evaluate(params, self.eval_batches(split, length))
+        results[key] = {'split': split, 'length': length, 'accuracy': m['accuracy'].tolist(),
+                        'loss': m['loss'].tolist(), 'count': float(m['count'][0])}
+      except models.LengthError as e:
+        results[key] = {'split': split, 'length': length, 'not_applicable': str(e)}
+    return results
+
+
+def _write_json(path: str, obj: Any) -> None:
+  if jax.process_index() != 0:
+    return
+  tmp = path + '.tmp'
+  with open(tmp, 'w') as f:
+    json.dump(obj, f, indent=2, sort_keys=True)
+  os.replace(tmp, path)
+
+
+def _format_eta(seconds: float) -> str:
+  seconds = int(max(seconds, 0))
+  return f'{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}'
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+  """Trains, evaluates periodically, checkpoints, resumes; returns the run summary.
+
+  The summary (also ``workdir/summary.json``) holds per-seed final validation accuracy and the
+  accuracy on every evaluation split (the probes' extrapolation splits included).
+  """
+  workdir = os.path.abspath(os.path.expanduser(workdir))
+  os.makedirs(workdir, exist_ok=True)
+  check_resume_compatible(config, workdir)
+  exp = Experiment(config, workdir)
+  _write_json(os.path.join(workdir, CONFIG_FILE), json.loads(config.to_json_best_effort()))
+  t = config.train
+
+  ckpt = checkpoints.Checkpointer(workdir, t.keep_checkpoints)
+  start = ckpt.latest_step() or 0
+  if start:
+    state = ckpt.restore(start, exp.abstract_with_shardings())
+    metrics_lib.console(f'Resumed from step {start} in {workdir}.')
+  else:
+    state = exp.init_state()
+  num_params = models.count_params(exp.abstract_state.params) // len(exp.seeds)
+  metrics_lib.console(f'{exp.model_config.position}/{exp.model_config.attention} model, '
+                      f'{num_params:,} parameters, {len(exp.seeds)} seed(s), '
+                      f'{jax.device_count()} device(s), mesh {dict(exp.mesh.shape)}.')
+  writer = metrics_lib.MetricWriter(workdir, exp.seeds, resume_step=start)
+  train_iter = data_lib.train_iterator(
+      config.data, workdir=workdir, seed=config.data.seed, global_batch_size=t.batch_size,
+      start_step=start, process_index=jax.process_index(), process_count=jax.process_count())
+
+  window: dict[str, np.ndarray] = {}
+  timing = {'t0': time.perf_counter(), 'steps': 0, 'step_time_sum': 0.0, 'timed_steps': 0}
+  last_eval: dict[str, np.ndarray] | None = None
+
+  def consume(step: int, m: dict[str, np.ndarray]) -> None:
+    """Host-side handling of step ``step``'s metrics (fetched one step late)."""
+    if not np.all(m['finite']) and not t.skip_nonfinite:
+      raise NonFiniteLossError(
+          f'Loss or gradients became NaN/Inf at step {step} (seeds '
+          f'{[s for s, f in zip(exp.seeds, m["finite"]) if not f]}). The last good checkpoint '
+          f'(step {ckpt.latest_step()}) is untouched. Lower optim.learning_rate, enable '
+          'optim.grad_clip_norm, or set train.skip_nonfinite=True to skip such updates.')
+    for k in ('loss_sum', 'correct_sum', 'count', 'grad_norm'):
+      window[k] = window.get(k, 0.0) + m[k]
+    window['n'] = window.get('n', 0) + 1
+    if step % t.log_every == 0 or step == t.num_steps:
+      elapsed = time.perf_counter() - timing['t0']
+      rate = timing['steps'] / max(elapsed, 1e-9)
+      count = np.maximum(window['count'], 1.0)
+      per_seed = {'train/loss': window['loss_sum'] / count,
+                  'train/accuracy': window['correct_sum'] / count,
+                  'train/grad_norm': window['grad_norm'] / window['n'],
+                  'train/learning_rate': m['learning_rate'],
+                  'train/skipped_updates': m['skipped'].astype(np.float64)}
+      writer.write(step, per_seed, {'perf/steps_per_sec': rate,
+                                    'perf/examples_per_sec': rate * t.batch_size})
+      metrics_lib.console(
+          f'step {step}/{t.num_steps}  loss {per_seed["train/loss"].mean():.4f}  '
+          f'acc {per_seed["train/accuracy"].mean():.3f}  {rate:.2f} steps/s  '
+          f'{rate * t.batch_size:.0f} ex/s  ETA {_format_eta((t.num_steps - step) / max(rate, 1e-9))}')
+      window.clear()
+      timing.update(t0=time.perf_counter(), steps=0)
+
+  pending = None
+  for step in range(start + 1, t.num_steps + 1):
+    t_iter = time.perf_counter()
+    batch = exp.global_batch(next(train_iter))
+    state, step_metrics = exp.train_step(state, batch)
+    if pending is not None:
+      consume(*jax.device_get(pending))  # the previous step: no wait on the step just launched
+    pending = (step, step_metrics)
+    if step - start > 2:  # steady state (after compilation): one iteration ~ one step
+      timing['step_time_sum'] += time.perf_counter() - t_iter
+      timing['timed_steps'] += 1
+    timing['steps'] += 1
+    is_last = step == t.num_steps
+    if step % t.eval_every == 0 or step % t.checkpoint_every == 0 or is_last:
+      consume(*jax.device_get(pending))
+      pending = None
+    if step % t.eval_every == 0 or is_last:
+      last_eval = exp.evaluate(state.params, exp.eval_batches('validation'))
+      writer.write(step, {'validation/loss': last_eval['loss'],
+                          'validation/accuracy': last_eval['accuracy']})
+      metrics_lib.console(f'step {step}: validation accuracy '
+                          f'{np.round(last_eval["accuracy"], 4).tolist()}')
+    if step % t.checkpoint_every == 0 or is_last:
+      accuracy = None if last_eval is None or step % t.eval_every and not is_last else \
+          float(np.mean(last_eval['accuracy']))
+      ckpt.save(step, state, accuracy)
+    if step % t.eval_every == 0 or step % t.checkpoint_every == 0:
+      timing.update(t0=time.perf_counter(), steps=0)  # throughput excludes eval and saving
+  if pending is not None:
+    consume(*jax.device_get(pending))
+  ckpt.wait()
+
+  if last_eval is None:  # resumed at the end: evaluate what was restored
+    last_eval = exp.evaluate(state.params, exp.eval_batches('validation'))
+  splits = [(k, v) for k, v in exp.info.eval_splits.items() if k != 'validation']
+  summary = {
+      'position': exp.model_config.position,
+      'attention': exp.model_config.attention,
+      'dataset': config.data.name,
+      'seeds': exp.seeds,
+      'num_steps': t.num_steps,
+      'num_params': num_params,
+      'validation_accuracy': last_eval['accuracy'].tolist(),
+      'validation_loss': last_eval['loss'].tolist(),
+      'eval': exp.evaluate_lengths(state.params, splits),
+      'step_time_s': (timing['step_time_sum'] / timing['timed_steps']
+                      if timing['timed_steps'] else None),
+      'skipped_updates': np.asarray(jax.device_get(state.skipped)).tolist(),
+  }
+  _write_json(os.path.join(workdir, SUMMARY_FILE), summary)
+  writer.close()
+  ckpt.close()
+  return summary
