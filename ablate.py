@@ -35,7 +35,7 @@ def main(argv):
     cells = ablation.select(ablation.grid(FLAGS.config), FLAGS.only)
     print(ablation.build_report(FLAGS.config, FLAGS.workdir, cells, command=command))
     return
-  training.setup_runtime(FLAGS.config)
+  training.setup_runtime(FLAGS.config, quiet=not FLAGS['verbosity'].present)
   print(ablation.run_grid(FLAGS.config, FLAGS.workdir, only=FLAGS.only, command=command))
 
 

@@ -5,6 +5,7 @@
 
 from absl import app
 from absl import flags
+from absl import logging
 
 from training import evaluation
 
@@ -18,6 +19,8 @@ flags.DEFINE_string('eval_lengths', '', 'Comma-separated lengths to evaluate at,
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  if not FLAGS['verbosity'].present:
+    logging.set_verbosity(logging.WARNING)  # library INFO logs (TFDS, orbax) off
   results = evaluation.evaluate_workdir(
       FLAGS.workdir, checkpoint=FLAGS.checkpoint, split=FLAGS.split,
       eval_lengths=evaluation.parse_lengths(FLAGS.eval_lengths))

@@ -21,7 +21,7 @@ flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics and log
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
-  training.setup_runtime(FLAGS.config)
+  training.setup_runtime(FLAGS.config, quiet=not FLAGS['verbosity'].present)
   training.train_and_evaluate(FLAGS.config, FLAGS.workdir)
 
 

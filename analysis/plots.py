@@ -14,6 +14,19 @@ def _pyplot():
   return plt
 
 
+def _finish(fig, ax, path: str, *, xlabel: str, ylabel: str, title: str) -> None:
+  """Labels, legend, saves to ``path`` and closes the figure."""
+  ax.set_xlabel(xlabel)
+  ax.set_ylabel(ylabel)
+  ax.set_title(title)
+  if ax.get_legend_handles_labels()[0]:
+    ax.legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  fig.clf()
+  _pyplot().close(fig)
+
+
 def plot_decay(path: str, *, head_dim: int = 128, base: float = 10000.0,
                max_distance: int = 256, factor: float = 4.0,
                original_max_length: int = 64) -> None:
@@ -27,13 +40,9 @@ def plot_decay(path: str, *, head_dim: int = 128, base: float = 10000.0,
   for label, scaling in variants.items():
     ax.plot(distances, rope.decay_bound(distances, head_dim, base, scaling), label=label,
             lw=2 if scaling is None else 1)
-  ax.set_xlabel('relative distance m - n')
-  ax.set_ylabel('relative upper bound (1/(d/2)) sum |S_j|')
-  ax.set_title(f'RoPE long-term decay (d={head_dim}, base={base:g})')
-  ax.legend()
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
+  _finish(fig, ax, path, xlabel='relative distance m - n',
+          ylabel='relative upper bound (1/(d/2)) sum |S_j|',
+          title=f'RoPE long-term decay (d={head_dim}, base={base:g})')
 
 
 def plot_learning_curves(path: str, runs, *, title: str) -> None:
@@ -52,13 +61,7 @@ def plot_learning_curves(path: str, runs, *, title: str) -> None:
     if acc.shape[0] > 1:
       ax.fill_between(steps, np.nanmin(acc, 0), np.nanmax(acc, 0), color=line.get_color(),
                       alpha=0.15)
-  ax.set_xlabel('train step')
-  ax.set_ylabel('validation accuracy')
-  ax.set_title(title)
-  ax.legend(fontsize=8)
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
+  _finish(fig, ax, path, xlabel='train step', ylabel='validation accuracy', title=title)
 
 
 def plot_extrapolation(path: str, runs, *, title: str) -> None:
@@ -78,10 +81,5 @@ def plot_extrapolation(path: str, runs, *, title: str) -> None:
                 yerr=[a.std(ddof=1) if a.size > 1 else 0 for a in acc],
                 label=run.position, marker='o', capsize=3)
   ax.set_xscale('log', base=2)
-  ax.set_xlabel('evaluation length (tokens)')
-  ax.set_ylabel('test accuracy')
-  ax.set_title(title)
-  ax.legend(fontsize=8)
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
+  _finish(fig, ax, path, xlabel='evaluation length (tokens)', ylabel='test accuracy',
+          title=title)

@@ -187,8 +187,10 @@ def write_report(out_dir: str, runs: Sequence[Run], *, command: str, config_json
     parts += [extra, '']
   parts += ['Accuracy in %, mean ± sample std over seeds; best per column in bold. '
             f'Δ vs {reference}: difference of mean test accuracy, 95% confidence interval '
-            '(Welch) and two-sided Welch t-test p-value. Step time: mean train-step time '
-            'relative to `none` (same machine, same run).', '']
+            '(Welch) and two-sided Welch t-test p-value. Step time: each run\'s steady-state '
+            'train-step time relative to `none`, measured run after run on the same machine '
+            '(on a shared machine, differences within ~15% are noise; benchmarks/ measures '
+            'side by side).', '']
   for ds in datasets:
     ds_runs = [r for r in runs if r.dataset == ds]
     parts += [f'## {ds}', '', dataset_table(ds_runs, reference), '']

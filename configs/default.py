@@ -31,9 +31,10 @@ def get_config() -> ml_collections.ConfigDict:
   m.attention_dropout_rate = 0.0  # Dropout on attention probabilities.
   m.norm = 'post'  # 'post' (BERT/RoFormer) or 'pre' LayerNorm.
   m.layer_norm_eps = 1e-12  # LayerNorm epsilon (1e-12 as in BERT/RoFormer).
+  m.init_std = 0.02  # Std of the normal init of all weights (0.02 as in BERT/RoFormer).
   m.pooling = 'cls'  # Classification pooling: 'cls' (first token) or 'mean' (over real tokens).
   m.type_vocab_size = 0  # Token-type embeddings (2 in Hugging Face RoFormer checkpoints; 0 = none).
-  m.max_length = 512  # Longest sequence `learned` embeddings support (longer raises).
+  m.max_length = config_dict.placeholder(int)  # Positions `learned` embeddings cover (None = data.max_length); longer raises.
   m.dtype = 'float32'  # Compute dtype: 'float32' or 'bfloat16' (parameters stay float32).
   m.remat = False  # Rematerialise each layer (jax.checkpoint) to save memory.
   m.shaw_max_distance = 16  # Shaw et al. (2018): relative distances clipped at +-k.

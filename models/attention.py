@@ -24,7 +24,6 @@ from models import sharding
 from models.config import ModelConfig
 from models.positions import LayerHooks, PositionContext
 
-_INIT = nnx.initializers.normal(stddev=0.02)
 _HEADS = (sharding.BATCH, sharding.LENGTH, sharding.HEADS, sharding.KV)
 
 
@@ -45,7 +44,7 @@ class SelfAttention(nnx.Module):
 
     def projection() -> nnx.LinearGeneral:
       return nnx.LinearGeneral(cfg.hidden_size, (heads, head_dim), dtype=cfg.compute_dtype,
-                               kernel_init=_INIT, kernel_metadata=in_kernel,
+                               kernel_init=cfg.initializer, kernel_metadata=in_kernel,
                                bias_metadata=in_bias, rngs=rngs)
 
     self.query = projection()
@@ -53,7 +52,7 @@ class SelfAttention(nnx.Module):
     self.value = projection()
     self.output = nnx.LinearGeneral(
         (heads, head_dim), cfg.hidden_size, axis=(-2, -1), dtype=cfg.compute_dtype,
-        kernel_init=_INIT,
+        kernel_init=cfg.initializer,
         kernel_metadata=sharding.param_metadata((sharding.HEADS, sharding.KV, sharding.EMBED)),
         bias_metadata=sharding.param_metadata((sharding.EMBED,)), rngs=rngs)
     self.positions = positions

@@ -111,6 +111,8 @@ class ModelConfig:
     attention_dropout_rate: dropout on attention probabilities (softmax only).
     norm: 'post' (BERT/RoFormer) or 'pre' LayerNorm (with a final LayerNorm).
     layer_norm_eps: LayerNorm epsilon.
+    init_std: std of the normal init of every weight and embedding (0.02 as BERT/RoFormer;
+      small models escape the initial plateau of position tasks faster with larger values).
     pooling: 'cls' (first token) or 'mean' (over real tokens).
     type_vocab_size: token-type embeddings (0 = none).
     max_length: longest sequence the 'learned' scheme supports.
@@ -136,6 +138,7 @@ class ModelConfig:
   attention_dropout_rate: float = 0.0
   norm: str = 'post'
   layer_norm_eps: float = 1e-12
+  init_std: float = 0.02
   pooling: str = 'cls'
   type_vocab_size: int = 0
   max_length: int = 512
@@ -159,6 +162,7 @@ class ModelConfig:
       raise ValueError(f'model.type_vocab_size must be >= 0, got {self.type_vocab_size}.')
     _rate('model.dropout_rate', self.dropout_rate)
     _rate('model.attention_dropout_rate', self.attention_dropout_rate)
+    _positive('model.init_std', self.init_std)
     _choice('model.attention', self.attention, ATTENTION_KINDS)
     _choice('model.norm', self.norm, NORMS)
     _choice('model.pooling', self.pooling, POOLINGS)
@@ -173,6 +177,12 @@ class ModelConfig:
       raise ValueError('model.attention_dropout_rate must be 0 with model.attention=linear '
                        '(linear attention forms no attention probabilities).')
     positions.validate(self)
+
+  @property
+  def initializer(self):
+    """N(0, init_std) for every kernel, embedding and position table."""
+    from flax import nnx  # pylint: disable=g-import-not-at-top
+    return nnx.initializers.normal(self.init_std)
 
   @property
   def head_dim(self) -> int:
@@ -194,7 +204,8 @@ class ModelConfig:
     """Builds the config from ``config.model`` and ``config.rope`` (see ``configs/default.py``).
 
     Size fields that are None take the value of the preset ``config.model.size``;
-    ``embedding_size`` None means ``hidden_size``.
+    ``embedding_size`` None means ``hidden_size``; ``max_length`` None means
+    ``config.data.max_length`` (learned positions cover exactly the training length).
     """
     m, r = config.model, config.rope
     _choice('model.size', m.size, tuple(PRESETS))
@@ -218,8 +229,9 @@ class ModelConfig:
         embedding_size=hidden_size if m.embedding_size is None else m.embedding_size,
         position=m.position, attention=m.attention, dropout_rate=m.dropout_rate,
         attention_dropout_rate=m.attention_dropout_rate, norm=m.norm,
-        layer_norm_eps=m.layer_norm_eps, pooling=m.pooling, type_vocab_size=m.type_vocab_size,
-        max_length=m.max_length, dtype=m.dtype, remat=m.remat,
+        layer_norm_eps=m.layer_norm_eps, init_std=m.init_std, pooling=m.pooling, type_vocab_size=m.type_vocab_size,
+        max_length=config.data.max_length if m.max_length is None else m.max_length,
+        dtype=m.dtype, remat=m.remat,
         shaw_max_distance=m.shaw_max_distance, shaw_values=m.shaw_values,
         t5_num_buckets=m.t5_num_buckets, t5_max_distance=m.t5_max_distance,
         linear_feature_map=m.linear_feature_map, rope=rope_config)

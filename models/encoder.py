@@ -32,14 +32,13 @@ from models.config import ModelConfig
 
 PAD_ID = 0
 
-_INIT = nnx.initializers.normal(stddev=0.02)
 _HIDDEN = (sharding.BATCH, sharding.LENGTH, sharding.EMBED)
 
 
 def _dense(cfg: ModelConfig, features_in: int, features_out: int,
            names: tuple[str | None, str], *, rngs: nnx.Rngs) -> nnx.Linear:
   """A dense layer with bias; ``names`` are the logical axes of its kernel."""
-  return nnx.Linear(features_in, features_out, dtype=cfg.compute_dtype, kernel_init=_INIT,
+  return nnx.Linear(features_in, features_out, dtype=cfg.compute_dtype, kernel_init=cfg.initializer,
                     kernel_metadata=sharding.param_metadata(names),
                     bias_metadata=sharding.param_metadata(names[1:]), rngs=rngs)
 
@@ -60,12 +59,12 @@ class Embeddings(nnx.Module):
 
   def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
     self.word_embeddings = nnx.Embed(
-        cfg.vocab_size, cfg.embedding_size, dtype=cfg.compute_dtype, embedding_init=_INIT,
+        cfg.vocab_size, cfg.embedding_size, dtype=cfg.compute_dtype, embedding_init=cfg.initializer,
         embedding_metadata=sharding.param_metadata((sharding.VOCAB, sharding.EMBED)), rngs=rngs)
     self.token_type_embeddings = nnx.data(None)
     if cfg.type_vocab_size:
       self.token_type_embeddings = nnx.Embed(
-          cfg.type_vocab_size, cfg.embedding_size, dtype=cfg.compute_dtype, embedding_init=_INIT,
+          cfg.type_vocab_size, cfg.embedding_size, dtype=cfg.compute_dtype, embedding_init=cfg.initializer,
           embedding_metadata=sharding.param_metadata((None, sharding.EMBED)), rngs=rngs)
     self.layer_norm = _layer_norm(cfg, cfg.embedding_size, rngs=rngs)
     self.dropout = _dropout(cfg)

@@ -31,9 +31,8 @@ def learning_rate_schedule(optim: ml_collections.ConfigDict, num_updates: int) -
 def decay_mask(params):
   """True for the weights that get weight decay: dense kernels, not biases/LayerNorm/embeddings."""
 
-  def wants_decay(path, _):
-    names = [getattr(k, 'key', getattr(k, 'name', '')) for k in path]
-    return names[-1] == 'kernel' and not any('embed' in str(n) for n in names)
+  def wants_decay(path, _):  # embeddings are 'embedding', position tables '*_table'
+    return getattr(path[-1], 'key', None) == 'kernel'
 
   return jax.tree_util.tree_map_with_path(wants_decay, params)
 

@@ -12,6 +12,7 @@ from typing import Any, Iterable, Iterator
 import jax
 import jax.numpy as jnp
 import ml_collections
+from absl import logging
 import numpy as np
 from flax import nnx
 
@@ -36,8 +37,17 @@ class NonFiniteLossError(RuntimeError):
   """The loss or the gradients became NaN/Inf."""
 
 
-def setup_runtime(config: ml_collections.ConfigDict) -> None:
-  """Process-wide JAX settings: the persistent compilation cache (compile once per shape)."""
+def setup_runtime(config: ml_collections.ConfigDict, *, quiet: bool = True) -> None:
+  """Process-wide settings for the entry points.
+
+  The persistent compilation cache (identical shapes compile once, across processes and runs);
+  with ``quiet``, library INFO logs (TFDS, orbax) and progress bars are silenced so the console
+  shows this project's progress lines.
+  """
+  if quiet:
+    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+    logging.set_verbosity(logging.WARNING)
+    tfds.disable_progress_bar()
   if config.train.compilation_cache_dir:
     path = os.path.expanduser(config.train.compilation_cache_dir)
     jax.config.update('jax_compilation_cache_dir', path)

@@ -11,6 +11,8 @@ def get_config():
   c = probes.get_config()
   c.ablation.datasets = 'glue/sst2,ag_news_subset'
   c.model.size = 'small'
+  c.model.init_std = 0.02  # BERT init at this width.
+  c.model.dropout_rate = 0.1  # Real text, many epochs.
   c.data.max_length = 256
   c.train.num_steps = 10000
   c.train.eval_every = 1000

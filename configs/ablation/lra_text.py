@@ -14,6 +14,8 @@ def get_config():
   c.ablation.datasets = 'imdb_reviews'
   c.ablation.max_lengths = '1000,4000'
   c.model.size = 'small'
+  c.model.init_std = 0.02  # BERT init at this width.
+  c.model.dropout_rate = 0.1  # Real text, many epochs.
   c.model.pooling = 'cls'
   c.train.batch_size = 32
   c.train.num_steps = 20000

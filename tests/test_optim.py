@@ -1,0 +1,52 @@
+"""The optimizer: schedule, weight-decay mask, gradient accumulation."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from configs import default
+from training import optim
+
+
+def test_schedule_warmup_then_decay():
+  o = default.get_config().optim
+  o.learning_rate, o.warmup_steps, o.end_lr_factor = 1.0, 10, 0.0
+  for name, mid in (('cosine', 0.5), ('linear', 0.5), ('constant', 1.0)):
+    o.schedule = name
+    s = optim.learning_rate_schedule(o, 110)
+    assert float(s(0)) == 0.0 and float(s(5)) == pytest.approx(0.5)
+    assert float(s(10)) == pytest.approx(1.0)
+    assert float(s(60)) == pytest.approx(mid, abs=1e-6)
+  o.schedule = 'exp'
+  with pytest.raises(ValueError, match='cosine, linear, constant'):
+    optim.learning_rate_schedule(o, 10)
+
+
+def test_no_weight_decay_on_biases_layernorm_embeddings():
+  params = {'embeddings': {'word_embeddings': {'embedding': 1}, 'LayerNorm': {'scale': 1}},
+            'layers': {0: {'attention': {'query': {'kernel': 1, 'bias': 1}}}},
+            'head': {'out_proj': {'kernel': 1}}}
+  mask = optim.decay_mask(params)
+  assert mask['layers'][0]['attention']['query'] == {'kernel': True, 'bias': False}
+  assert mask['head']['out_proj']['kernel'] is True
+  assert not any(jax.tree.leaves(mask['embeddings']))
+
+
+def test_gradient_accumulation_equals_large_batch():
+  o = default.get_config().optim
+  o.warmup_steps, o.schedule, o.weight_decay, o.grad_clip_norm = 0, 'constant', 0.0, 0.0
+  params = {'w': {'kernel': jnp.ones(3)}}
+  g1, g2 = {'w': {'kernel': jnp.array([1., 2., 3.])}}, {'w': {'kernel': jnp.array([3., 0., 1.])}}
+  o.grad_accum_steps = 2
+  tx, _ = optim.make_optimizer(o, 10)
+  state = tx.init(params)
+  u1, state = tx.update(g1, state, params)
+  assert not np.any(u1['w']['kernel'])  # no update until the second micro-batch
+  u2, state = tx.update(g2, state, params)
+  o.grad_accum_steps = 1
+  tx1, _ = optim.make_optimizer(o, 10)
+  mean = jax.tree.map(lambda a, b: (a + b) / 2, g1, g2)
+  want, _ = tx1.update(mean, tx1.init(params), params)
+  np.testing.assert_allclose(u2['w']['kernel'], want['w']['kernel'], rtol=1e-6)
