@@ -19,6 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax  # pylint: disable=g-import-not-at-top
 from absl import app, flags
 
+import data as data_lib
 from benchmarks import common
 from configs import default
 from training import trainer
@@ -42,7 +43,6 @@ def build(num_seeds: int, workdir: str, data_dir: str):
   c.data.data_dir = data_dir
   exp = trainer.Experiment(c, workdir)
   state = exp.init_state()
-  import data as data_lib  # pylint: disable=g-import-not-at-top
   batch = exp.global_batch(next(data_lib.train_iterator(
       c.data, workdir=workdir, seed=0, global_batch_size=c.train.batch_size)))
   t0 = time.perf_counter()

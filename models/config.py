@@ -16,6 +16,7 @@ from typing import Any
 
 import jax.numpy as jnp
 import ml_collections
+from flax import nnx
 
 import rope
 from models import positions
@@ -181,7 +182,6 @@ class ModelConfig:
   @property
   def initializer(self):
     """N(0, init_std) for every kernel, embedding and position table."""
-    from flax import nnx  # pylint: disable=g-import-not-at-top
     return nnx.initializers.normal(self.init_std)
 
   @property

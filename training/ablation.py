@@ -9,7 +9,6 @@ stopped. ``only`` runs a slice of the grid (comma-separated glob patterns over c
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import fnmatch
 import json
@@ -72,16 +71,16 @@ def select(cells: list[Cell], only: str) -> list[Cell]:
 
 def cell_config(config: ml_collections.ConfigDict, cell: Cell) -> ml_collections.ConfigDict:
   """The run config of one cell: the base config with only the studied fields changed."""
-  base = copy.deepcopy(config.to_dict())
+  base = config.to_dict()  # a deep copy
   base.pop('ablation')
-  c = ml_collections.ConfigDict(base)
+  c = ml_collections.ConfigDict(base, type_safe=True)
   c.data.name = cell.dataset
   c.model.position = cell.position
   c.model.attention = cell.attention
   if cell.max_length:
     c.data.max_length = cell.max_length
   c.train.num_seeds = config.ablation.num_seeds
-  return ml_collections.ConfigDict(c, type_safe=True)
+  return c
 
 
 def run_grid(config: ml_collections.ConfigDict, workdir: str, *, only: str = '',

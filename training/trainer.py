@@ -309,16 +309,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     if step % t.eval_every == 0 or step % t.checkpoint_every == 0 or is_last:
       consume(*jax.device_get(pending))
       pending = None
-    if step % t.eval_every == 0 or is_last:
+    evaluated = step % t.eval_every == 0 or is_last
+    if evaluated:
       last_eval = exp.evaluate(state.params, exp.eval_batches('validation'))
       writer.write(step, {'validation/loss': last_eval['loss'],
                           'validation/accuracy': last_eval['accuracy']})
       metrics_lib.console(f'step {step}: validation accuracy '
                           f'{np.round(last_eval["accuracy"], 4).tolist()}')
     if step % t.checkpoint_every == 0 or is_last:
-      accuracy = None if last_eval is None or step % t.eval_every and not is_last else \
-          float(np.mean(last_eval['accuracy']))
-      ckpt.save(step, state, accuracy)
+      # Rank the checkpoint by validation accuracy only if it was evaluated at this step.
+      ckpt.save(step, state, float(np.mean(last_eval['accuracy'])) if evaluated else None)
     if step % t.eval_every == 0 or step % t.checkpoint_every == 0:
       timing.update(t0=time.perf_counter(), steps=0)  # throughput excludes eval and saving
   if pending is not None:
