@@ -16,6 +16,7 @@ from absl import flags
 from ml_collections import config_flags
 
 import training
+from training import distributed
 from training import ablation
 
 FLAGS = flags.FLAGS
@@ -26,10 +27,13 @@ flags.DEFINE_string('only', '', "Run only these cells: glob patterns ('*/rotary,
                     "a slice ('0:7').")
 flags.DEFINE_bool('report_only', False, 'Rebuild the report from finished runs; no training.')
 
+distributed.define_flags()
+
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  distributed.initialize_from_flags()
   command = 'python ' + ' '.join(shlex.quote(a) for a in sys.argv)
   if FLAGS.report_only:
     cells = ablation.select(ablation.grid(FLAGS.config), FLAGS.only)

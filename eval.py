@@ -7,6 +7,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from training import distributed
 from training import evaluation
 
 FLAGS = flags.FLAGS
@@ -15,10 +16,13 @@ flags.DEFINE_string('checkpoint', 'best', "'best' (validation accuracy), 'latest
 flags.DEFINE_string('split', 'test', 'Split evaluated at the training length.')
 flags.DEFINE_string('eval_lengths', '', 'Comma-separated lengths to evaluate at, e.g. 128,256.')
 
+distributed.define_flags()
+
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  distributed.initialize_from_flags()
   if not FLAGS['verbosity'].present:
     logging.set_verbosity(logging.WARNING)  # library INFO logs (TFDS, orbax) off
   results = evaluation.evaluate_workdir(

@@ -10,6 +10,7 @@ from absl import flags
 from ml_collections import config_flags
 
 import training
+from training import distributed
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file('config', 'configs/default.py', 'Training config file.',
@@ -17,10 +18,13 @@ config_flags.DEFINE_config_file('config', 'configs/default.py', 'Training config
 flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics and logs.',
                     required=True)
 
+distributed.define_flags()
+
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  distributed.initialize_from_flags()
   training.setup_runtime(FLAGS.config, quiet=not FLAGS['verbosity'].present)
   training.train_and_evaluate(FLAGS.config, FLAGS.workdir)
 

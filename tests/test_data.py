@@ -408,7 +408,7 @@ def test_probes_balanced_correct_and_bag_of_tokens_at_chance(task):
 def test_probes_prepared_on_first_use(tmp_path):
   config = _config(name='position_probes/order', data_dir=str(tmp_path))
   info = data.get_info(config, workdir=None)  # Generates the default dataset (a few seconds).
-  assert os.path.isdir(tmp_path / 'position_probes' / 'order' / '1.0.0')
+  assert os.path.isdir(tmp_path / 'position_probes' / 'order' / '1.1.0')
   assert info.eval_splits == {'validation': 64, 'test': 64, 'test_128': 128, 'test_256': 256}
   assert info.class_names == ('b_before_a', 'a_before_b') and info.num_train_examples == 20_000
   assert [data.eval_split_for_length(info, n) for n in (64, 128, 256)] == [
@@ -416,9 +416,9 @@ def test_probes_prepared_on_first_use(tmp_path):
   with pytest.raises(ValueError, match='none of 100 tokens'):
     data.eval_split_for_length(info, 100)
   batches = _take(data.eval_iterator(config, 'test_256', workdir=None, global_batch_size=512), 9)
-  assert len(batches) == 4 and batches[0]['inputs'].shape == (512, 256)
+  assert len(batches) == 2 and batches[0]['inputs'].shape == (512, 256)
   assert (batches[0]['inputs'] != data.PAD_ID).all()  # Exactly 256 tokens.
-  assert sum(b['weight'].sum() for b in batches) == 2000
+  assert sum(b['weight'].sum() for b in batches) == 1000
   with pytest.raises(ValueError, match='would cut them'):
     data.get_info(_config(name='position_probes/order', data_dir=str(tmp_path), max_length=32),
                   workdir=None)

@@ -11,7 +11,7 @@ import pytest
 
 import data as data_lib
 from configs import tiny
-from training import evaluation, metrics, trainer
+from training import config_checks, evaluation, metrics, trainer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -32,7 +32,7 @@ def tiny_config(data_dir, **overrides):
 
 def params_of(workdir, step):
   from training import checkpoints
-  exp = trainer.Experiment(trainer.load_config(workdir), workdir)
+  exp = trainer.Experiment(config_checks.load_config(workdir), workdir)
   ckpt = checkpoints.Checkpointer(workdir, 5)
   state = ckpt.restore(step, exp.abstract_with_shardings())
   ckpt.close()

@@ -21,6 +21,7 @@ import ml_collections
 
 from analysis import report as report_lib
 from training import metrics as metrics_lib
+from training import config_checks
 from training import trainer
 
 
@@ -99,7 +100,7 @@ def run_grid(config: ml_collections.ConfigDict, workdir: str, *, only: str = '',
     metrics_lib.console(f'[{len(cells) - len(todo) + i + 1}/{len(cells)}] {cell.name}')
     try:
       run_config = cell_config(config, cell)
-      trainer.check_config_applicable(run_config)
+      config_checks.check_config_applicable(run_config)
     except ValueError as e:  # e.g. a bias scheme with linear attention
       metrics_lib.console(f'  not applicable: {e}')
       os.makedirs(run_dir, exist_ok=True)

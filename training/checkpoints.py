@@ -47,6 +47,13 @@ class Checkpointer:
         step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state)))
     return restored['state']
 
+  def restore_latest(self, abstract_state: Any) -> tuple[int, Any]:
+    """(step, state) of the newest checkpoint, or (0, None) when there is none."""
+    step = self.latest_step()
+    if step is None:
+      return 0, None
+    return step, self.restore(step, abstract_state)
+
   def wait(self) -> None:
     self.manager.wait_until_finished()
 

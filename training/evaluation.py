@@ -10,6 +10,7 @@ import numpy as np
 
 import data as data_lib
 from training import checkpoints
+from training import config_checks
 from training import trainer
 
 EVAL_FILE = 'eval.json'
@@ -46,7 +47,7 @@ def evaluate_workdir(workdir: str, *, checkpoint: str = 'best', split: str = 'te
   if not os.path.isdir(workdir):
     raise FileNotFoundError(f'Workdir {workdir!r} does not exist; pass the --workdir of a '
                             'train.py run.')
-  config = trainer.load_config(workdir)
+  config = config_checks.load_config(workdir)
   exp = trainer.Experiment(config, workdir)
   ckpt = checkpoints.Checkpointer(workdir, config.train.keep_checkpoints)
   if checkpoint == 'best':

@@ -19,18 +19,14 @@ from flax import nnx
 import data as data_lib
 import models
 from training import checkpoints
+from training import config_checks
 from training import metrics as metrics_lib
 from training import optim
 from training import partitioning
 from training import steps as steps_lib
+from training import workdir as workdir_lib
 
-CONFIG_FILE = 'config.json'
 SUMMARY_FILE = 'summary.json'
-# Config fields that may change when a run is resumed (everything else must match).
-RESUMABLE_FIELDS = ('train.num_steps', 'train.eval_every', 'train.log_every',
-                    'train.checkpoint_every', 'train.keep_checkpoints', 'train.eval_batch_size',
-                    'train.compilation_cache_dir', 'train.skip_nonfinite', 'data.data_dir',
-                    'data.prefetch', 'mesh.data', 'mesh.fsdp', 'mesh.tensor')
 
 
 class NonFiniteLossError(RuntimeError):
@@ -54,75 +50,11 @@ def setup_runtime(config: ml_collections.ConfigDict, *, quiet: bool = True) -> N
     jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.5)
 
 
-def validate_config(config: ml_collections.ConfigDict) -> None:
-  """Checks the training fields, with messages that name the field and the fix."""
-  t, o = config.train, config.optim
-  for name in ('num_steps', 'batch_size', 'eval_batch_size', 'eval_every', 'log_every',
-               'checkpoint_every', 'keep_checkpoints', 'num_seeds'):
-    if t[name] <= 0:
-      raise ValueError(f'train.{name} must be > 0, got {t[name]}.')
-  if config.data.max_length <= 1:
-    raise ValueError(f'data.max_length must be > 1 ([CLS] plus text), got '
-                     f'{config.data.max_length}.')
-  if o.learning_rate < 0:
-    raise ValueError(f'optim.learning_rate must be >= 0, got {o.learning_rate}.')
-  if o.grad_accum_steps <= 0 or t.num_steps % o.grad_accum_steps:
-    raise ValueError(f'train.num_steps={t.num_steps} must be a positive multiple of '
-                     f'optim.grad_accum_steps={o.grad_accum_steps}.')
-  if o.warmup_steps < 0 or o.warmup_steps > t.num_steps // o.grad_accum_steps:
-    raise ValueError(f'optim.warmup_steps={o.warmup_steps} must be between 0 and the number of '
-                     f'optimizer updates ({t.num_steps // o.grad_accum_steps}); shorten the '
-                     'warmup or train longer.')
-
-
-def check_config_applicable(config: ml_collections.ConfigDict) -> None:
-  """Raises ValueError if the model options do not fit together (before any data is read)."""
-  validate_config(config)
-  models.ModelConfig.from_config(config, vocab_size=2, num_classes=2)
-
-
-def _flatten(d: dict, prefix: str = '') -> dict[str, Any]:
-  out = {}
-  for k, v in d.items():
-    if isinstance(v, dict):
-      out.update(_flatten(v, f'{prefix}{k}.'))
-    else:
-      out[f'{prefix}{k}'] = v
-  return out
-
-
-def check_resume_compatible(config: ml_collections.ConfigDict, workdir: str) -> None:
-  """Refuses a workdir whose saved config differs in fields that shape the run."""
-  path = os.path.join(workdir, CONFIG_FILE)
-  if not os.path.exists(path):
-    return
-  with open(path) as f:
-    saved = _flatten(json.load(f))
-  current = _flatten(json.loads(config.to_json_best_effort()))
-  differing = sorted(k for k in set(saved) | set(current)
-                     if k not in RESUMABLE_FIELDS and saved.get(k) != current.get(k))
-  if differing:
-    details = ', '.join(f'{k}: saved {saved.get(k)!r} vs now {current.get(k)!r}'
-                        for k in differing)
-    raise ValueError(f'The workdir {workdir} holds a run with a different config ({details}). '
-                     'Use a new --workdir, or the saved settings to resume.')
-
-
-def load_config(workdir: str) -> ml_collections.ConfigDict:
-  """The resolved config saved by ``train_and_evaluate`` in a workdir."""
-  path = os.path.join(workdir, CONFIG_FILE)
-  if not os.path.exists(path):
-    raise FileNotFoundError(f'No {CONFIG_FILE} in {workdir!r}: is this the --workdir of a '
-                            'train.py run?')
-  with open(path) as f:
-    return ml_collections.ConfigDict(json.load(f))
-
-
 class Experiment:
   """Everything a run derives from its config once: data info, model, mesh, steps, shardings."""
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str):
-    validate_config(config)
+    config_checks.validate_config(config)
     self.config = config
     self.workdir = workdir
     self.info = data_lib.get_info(config.data, workdir=workdir)
@@ -235,19 +167,25 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   """Trains, evaluates periodically, checkpoints, resumes; returns the run summary.
 
   The summary (also ``workdir/summary.json``) holds per-seed final validation accuracy and the
-  accuracy on every evaluation split (the probes' extrapolation splits included).
+  accuracy on every evaluation split (the probes' extrapolation splits included). The workdir is
+  locked for the run's duration: a second run on it refuses to start.
   """
   workdir = os.path.abspath(os.path.expanduser(workdir))
   os.makedirs(workdir, exist_ok=True)
-  check_resume_compatible(config, workdir)
+  with workdir_lib.lock(workdir, jax.process_index()):
+    return _train_and_evaluate(config, workdir)
+
+
+def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+  config_checks.check_resume_compatible(config, workdir)
   exp = Experiment(config, workdir)
-  _write_json(os.path.join(workdir, CONFIG_FILE), json.loads(config.to_json_best_effort()))
+  _write_json(os.path.join(workdir, config_checks.CONFIG_FILE),
+              json.loads(config.to_json_best_effort()))
   t = config.train
 
   ckpt = checkpoints.Checkpointer(workdir, t.keep_checkpoints)
-  start = ckpt.latest_step() or 0
+  start, state = ckpt.restore_latest(exp.abstract_with_shardings())
   if start:
-    state = ckpt.restore(start, exp.abstract_with_shardings())
     metrics_lib.console(f'Resumed from step {start} in {workdir}.')
   else:
     state = exp.init_state()

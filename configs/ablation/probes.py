@@ -30,6 +30,7 @@ def get_config():
   c.train.num_steps = 300
   c.train.batch_size = 32
   c.train.eval_every = 100
+  c.train.eval_batch_size = 250  # Divides the probes' 1,000-example evaluation splits.
   c.train.checkpoint_every = 300
   c.train.log_every = 50
   c.optim.learning_rate = 1e-3

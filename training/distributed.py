@@ -1,0 +1,73 @@
+"""Multi-host start-up: ``jax.distributed.initialize`` from flags or the environment.
+
+Every entry point calls ``define_flags()`` at import and ``initialize_from_flags()`` first thing
+in ``main`` (before any JAX computation). With ``--distributed=auto`` (the default) the JAX
+distributed runtime starts when
+
+  * ``--coordinator_address`` (or ``JAX_COORDINATOR_ADDRESS``) is given: several GPU hosts or
+    CPU processes, with ``--num_processes`` and ``--process_id`` on each; or
+  * JAX detects a cluster it knows (Cloud TPU pod slices, GKE, SLURM, Open MPI): the same
+    command on every worker, nothing else to set.
+
+Otherwise the run is single-process. ``--heartbeat_timeout_s`` bounds how long the surviving
+processes wait for a lost one before failing with an error instead of hanging.
+"""
+
+from __future__ import annotations
+
+import os
+
+import jax
+from absl import flags
+from absl import logging
+
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+  flags.DEFINE_enum('distributed', 'auto', ['auto', 'on', 'off'],
+                    "Start jax.distributed: 'auto' when a coordinator address is given or a "
+                    "cluster (TPU pod, SLURM, Open MPI) is detected; 'on' always; 'off' never.")
+  flags.DEFINE_string('coordinator_address', None,
+                      'host:port of process 0 (multi-host GPU/CPU); env JAX_COORDINATOR_ADDRESS.')
+  flags.DEFINE_integer('num_processes', None, 'Number of processes (with --coordinator_address).')
+  flags.DEFINE_integer('process_id', None, 'This process, 0..num_processes-1.')
+  flags.DEFINE_integer('initialization_timeout_s', 300,
+                       'Seconds to wait for all processes to join.')
+  flags.DEFINE_integer('heartbeat_timeout_s', 100,
+                       'Seconds without a heartbeat after which a process counts as lost and '
+                       'the others stop with an error.')
+
+
+def _cluster_detected() -> bool:
+  try:
+    from jax._src import clusters  # pylint: disable=g-import-not-at-top
+    return any(c.is_env_present() for c in clusters.ClusterEnv._cluster_types  # pylint: disable=protected-access
+               if c.__name__ not in ('Mpi4pyCluster', 'K8sCluster'))
+  except Exception:  # pylint: disable=broad-except
+    logging.warning('JAX cluster detection failed; running single-process.', exc_info=True)
+    return False
+
+
+def initialize(mode: str = 'auto', *, coordinator_address: str | None = None,
+               num_processes: int | None = None, process_id: int | None = None,
+               initialization_timeout_s: int = 300, heartbeat_timeout_s: int = 100) -> bool:
+  """Starts the JAX distributed runtime if asked or detected; returns whether it did."""
+  address = coordinator_address or os.environ.get('JAX_COORDINATOR_ADDRESS')
+  if mode == 'off' or (mode == 'auto' and not address and not _cluster_detected()):
+    return False
+  if address and (num_processes is None) != (process_id is None):
+    raise ValueError('Give both --num_processes and --process_id with --coordinator_address '
+                     '(or neither, on a cluster JAX detects).')
+  jax.distributed.initialize(coordinator_address=address, num_processes=num_processes,
+                             process_id=process_id,
+                             initialization_timeout=initialization_timeout_s,
+                             heartbeat_timeout_seconds=heartbeat_timeout_s)
+  return True
+
+
+def initialize_from_flags() -> bool:
+  return initialize(FLAGS.distributed, coordinator_address=FLAGS.coordinator_address,
+                    num_processes=FLAGS.num_processes, process_id=FLAGS.process_id,
+                    initialization_timeout_s=FLAGS.initialization_timeout_s,
+                    heartbeat_timeout_s=FLAGS.heartbeat_timeout_s)
