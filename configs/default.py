@@ -105,10 +105,14 @@ def get_config() -> ml_collections.ConfigDict:
   t.compilation_cache_dir = '~/.cache/roformer_jax/xla'  # JAX persistent compilation cache ('' = off).
 
   # ---------------------------------------------------------------- mesh
-  # Device mesh; one axis may be -1 (fills the remaining devices).
+  # Device mesh (see training/partitioning.py); one axis may be -1 (fills the remaining devices).
   c.mesh = ms = ml_collections.ConfigDict()
-  ms.data = -1  # Data-parallel axis.
-  ms.fsdp = 1  # Fully sharded data-parallel axis (parameters sharded, batch split too).
-  ms.tensor = 1  # Tensor-parallel axis (heads and MLP sharded).
+  ms.data = -1  # Data-parallel axis (within a slice on multi-slice TPU).
+  ms.fsdp = 1  # Fully sharded data-parallel axis (parameters and optimizer state sharded, batch split too).
+  ms.tensor = 1  # Tensor-parallel axis (heads, MLP units and vocabulary sharded).
+  ms.dcn_data = 1  # Multi-slice TPU: data-parallel factor across slices (total data = dcn_data * data).
+  ms.dcn_fsdp = 1  # Multi-slice TPU: FSDP factor across slices.
+  ms.dcn_tensor = 1  # Multi-slice TPU: tensor-parallel factor across slices.
+  ms.rules = ''  # Overrides of the logical->mesh axis table, e.g. 'vocab=,embed=fsdp+tensor'.
 
   return c

@@ -188,12 +188,16 @@ def _local_batch_size(global_batch_size: int, process_count: int) -> int:
 def train_iterator(data_config: ml_collections.ConfigDict, *, workdir: str | None, seed: int,
                    global_batch_size: int, start_step: int = 0, process_index: int | None = None,
                    process_count: int | None = None) -> Iterator[Batch]:
-  """Infinite training batches of this process's shard, reshuffled every epoch.
+  """Infinite training batches (this process's rows of each global batch), reshuffled every
+  epoch.
 
-  Batch i depends only on (data, seed, i, process), so ``start_step=s`` yields exactly what a
-  fresh iterator yields from its s-th batch on. Batches hold ``global_batch_size //
-  process_count`` examples of ``data.max_length`` tokens (see ``data/pipeline.py`` for the keys);
-  weights are all 1.
+  Global batch i depends only on (data, seed, i): process p of k yields rows
+  ``[p * B / k, (p + 1) * B / k)`` of it, so the examples a step trains on do not depend on the
+  number of processes (a run resumed on another slice size sees the same data), and
+  ``start_step=s`` yields exactly what a fresh iterator yields from its s-th batch on. Each
+  process reads the split's texts (not a per-host shard, as the order is global) but tokenizes
+  only its rows. Batches hold ``global_batch_size // process_count`` examples of
+  ``data.max_length`` tokens (see ``data/pipeline.py`` for the keys); weights are all 1.
 
   Args:
     data_config: the ``data`` config group.
@@ -201,21 +205,23 @@ def train_iterator(data_config: ml_collections.ConfigDict, *, workdir: str | Non
     seed: data-order seed.
     global_batch_size: examples per step over all processes.
     start_step: index of the first batch to yield.
-    process_index, process_count: this host and the number of hosts (default: JAX's).
+    process_index, process_count: this process's block of rows, and the number of blocks
+      (default: JAX's process index and count).
 
   Raises:
-    ValueError: if the global batch size is not a multiple of process_count, or this process's
-      shard is empty.
+    ValueError: if the global batch size is not a multiple of process_count, or the split is
+      empty.
   """
   index, count = _process(process_index, process_count)
   batch_size = _local_batch_size(global_batch_size, count)
   dataset = _load(data_config, workdir)
-  texts, labels = dataset.source.read('train', index, count)
+  texts, labels = dataset.source.read('train')
   if not len(labels):
-    raise ValueError(f'Process {index} of {count} has no training examples of {data_config.name}')
+    raise ValueError(f'The training split of {data_config.name} is empty.')
   return pipeline.train_batches(
-      texts, labels, dataset.tokenizer, length=data_config.max_length, batch_size=batch_size,
-      seed=seed, start_step=start_step, prefetch=data_config.prefetch)
+      texts, labels, dataset.tokenizer, length=data_config.max_length,
+      global_batch_size=global_batch_size, rows=(index * batch_size, batch_size), seed=seed,
+      start_step=start_step, prefetch=data_config.prefetch)
 
 
 def eval_iterator(data_config: ml_collections.ConfigDict, split: str, *, workdir: str | None,

@@ -7,9 +7,9 @@ A batch is a dict of NumPy arrays:
 * ``label``: int32 [b] class ids;
 * ``weight``: float32 [b]: 1 for a real example, 0 for padding added to fill the last eval batch.
 
-Training order: the example used at slot j of step s (local batch size b) is the
-``(s * b + j) mod n``-th entry of a permutation of the host's n examples that depends only on
-(seed, epoch = (s * b + j) // n, n). Each example index is computed from its slot alone
+Training order: the example used at row j of global batch s (global batch size G) is the
+``(s * G + j) mod n``-th entry of a permutation of the split's n examples that depends only on
+(seed, epoch = (s * G + j) // n, n); a process yields its rows of each global batch. Each example index is computed from its slot alone
 (``tf.random.experimental.index_shuffle``), so starting at step s costs nothing and yields exactly
 the batches a fresh iterator yields from step s on; every epoch is reshuffled.
 """
@@ -36,26 +36,30 @@ def _features(tokenizer: tokenizers.Tokenizer, texts: tf.Tensor, labels: tf.Tens
 
 
 def train_batches(texts: np.ndarray, labels: np.ndarray, tokenizer: tokenizers.Tokenizer, *,
-                  length: int, batch_size: int, seed: int, start_step: int,
-                  prefetch: int) -> Iterator[Batch]:
-  """Infinite shuffled training batches of this host's examples, from step ``start_step`` on.
+                  length: int, global_batch_size: int, rows: tuple[int, int], seed: int,
+                  start_step: int, prefetch: int) -> Iterator[Batch]:
+  """Infinite shuffled training batches (rows ``rows`` of each global batch) from
+  ``start_step`` on.
 
   Args:
-    texts: object [n] of bytes; labels: int32 [n] (this host's shard, n >= 1).
+    texts: object [n] of bytes; labels: int32 [n] (the whole split, n >= 1).
     tokenizer: turns texts into [CLS] + tokens.
     length: L, tokens per example.
-    batch_size: examples per batch on this host.
+    global_batch_size: G, examples per step over all processes.
+    rows: (first row, number of rows b) of each global batch that this process yields.
     seed: data-order seed.
     start_step: the first batch yielded is batch number start_step.
     prefetch: batches prepared ahead by tf.data.
   """
   num = len(labels)
+  first_row, batch_size = rows
   all_texts = tf.constant(texts, tf.string)
   all_labels = tf.constant(labels, tf.int32)
 
-  def example_index(slot: tf.Tensor) -> tf.Tensor:
-    """Slot (examples since step 0) -> index of the example there: its place in its epoch's
-    permutation."""
+  def example_index(local_slot: tf.Tensor) -> tf.Tensor:
+    """This process's slot -> global slot (examples since step 0) -> index of the example
+    there: its place in its epoch's permutation."""
+    slot = local_slot // batch_size * global_batch_size + first_row + local_slot % batch_size
     seed_pair = tf.stack([tf.constant(seed, tf.int64), slot // num])
     last = tf.constant(num - 1, tf.int64)
     return tf.random.experimental.index_shuffle(slot % num, seed_pair, last)

@@ -2,10 +2,8 @@
 
 Models name the axes of their parameters and key activations with the *logical* names below and
 never mention mesh axes. The training side maps logical names to mesh axes with a rules table
-and a mesh:
+(``training/partitioning.py``: ``LOGICAL_RULES``) and a mesh:
 
-    rules = (('batch', 'data'), ('length', None), ('embed', None), ('heads', 'model'),
-             ('kv', None), ('mlp', 'model'), ('vocab', 'model'), ('classes', None))
     with jax.set_mesh(mesh), nnx.logical_axis_rules(rules):
       ...
 

@@ -247,16 +247,18 @@ def test_train_resume_is_identical_and_epochs_reshuffle(tmp_path):
   assert [bytes(r) for b in other_seed for r in b['inputs']] != texts[:24]
 
 
-def test_train_shards_are_disjoint(tmp_path):
+def test_process_rows_make_the_global_batch(tmp_path):
   config = _config(name='files', train_files=_csv_dataset(tmp_path, 40), validation_files=
                    _write(tmp_path / 'v.csv', 'text,label\nv,0\n'), max_length=16)
-  seen = []
-  for index in range(2):  # 20 examples per host: 5 batches of 4 are one epoch.
-    batches = _take(data.train_iterator(config, workdir=None, seed=0, global_batch_size=8,
-                                        process_index=index, process_count=2), 5)
-    seen.append({bytes(r) for b in batches for r in b['inputs']})
-    assert len(seen[-1]) == 20
-  assert not seen[0] & seen[1]
+  whole = _take(data.train_iterator(config, workdir=None, seed=0, global_batch_size=8), 6)
+  parts = [_take(data.train_iterator(config, workdir=None, seed=0, global_batch_size=8,
+                                     process_index=index, process_count=2, start_step=1), 5)
+           for index in range(2)]
+  for step in range(1, 6):  # Process p's rows of global batch s, from any start step.
+    for key in whole[step]:
+      np.testing.assert_array_equal(
+          np.concatenate([parts[0][step - 1][key], parts[1][step - 1][key]]), whole[step][key])
+  assert len({bytes(r) for b in whole[:5] for r in b['inputs']}) == 40  # 5 x 8: one epoch.
   with pytest.raises(ValueError, match='not a positive multiple'):
     data.train_iterator(config, workdir=None, seed=0, global_batch_size=9, process_count=2,
                         process_index=0)

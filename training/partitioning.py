@@ -1,25 +1,84 @@
 """The device mesh and the one table that maps logical axis names to mesh axes.
 
 Model code names logical axes (``batch``, ``length``, ``embed``, ``heads``, ``kv``, ``mlp``,
-``vocab``, ``classes``); only this file knows the mesh axes (``data``, ``fsdp``, ``tensor``).
+``vocab``, ``classes``; see ``models/sharding.py``); only this file knows the mesh axes:
+
+  ``data``    data parallelism: the batch is split, parameters are replicated;
+  ``fsdp``    fully sharded data parallelism: the batch is split *and* parameters and optimizer
+              state are sharded over their ``embed`` dimension (gathered per layer by XLA);
+  ``tensor``  tensor (model) parallelism: attention heads, MLP hidden units and the vocabulary
+              are split.
+
+``LOGICAL_RULES`` is the default mapping; ``mesh.rules`` in the config overrides entries, e.g.
+``--config.mesh.rules='vocab=,embed=fsdp+tensor'`` (an empty right-hand side replicates). A
+parameter dimension that a mesh axis does not divide is replicated instead (and logged).
+
+On multi-slice TPU, ``mesh.dcn_<axis>`` sizes split an axis across slices (data-centre network)
+and ``mesh.<axis>`` sizes within a slice (ICI); the total size of an axis is their product. On
+GPU hosts and CPU processes the DCN factors split across processes.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any, Sequence
 
 import jax
 import ml_collections
 import numpy as np
+import optax
+from absl import logging
+from flax import nnx
+from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from models import sharding as model_sharding
 
 MESH_AXES = ('data', 'fsdp', 'tensor')
 BATCH_AXES = ('data', 'fsdp')  # the batch is split over both data-parallel axes
 
+# Logical axis -> mesh axes. Every logical name of models/sharding.py has an entry.
+LOGICAL_RULES: tuple[tuple[str, Any], ...] = (
+    ('batch', BATCH_AXES),
+    ('length', None),
+    ('embed', 'fsdp'),
+    ('heads', 'tensor'),
+    ('kv', None),
+    ('mlp', 'tensor'),
+    ('vocab', 'tensor'),
+    ('classes', None),
+)
+assert {name for name, _ in LOGICAL_RULES} == set(model_sharding.LOGICAL_AXES)
+
+
+def logical_rules(mesh_config: ml_collections.ConfigDict) -> tuple[tuple[str, Any], ...]:
+  """``LOGICAL_RULES`` with the overrides of ``mesh.rules`` ('name=axis[+axis],...')."""
+  rules = dict(LOGICAL_RULES)
+  for item in filter(None, (s.strip() for s in (mesh_config.get('rules') or '').split(','))):
+    name, sep, axes = item.partition('=')
+    name, axes = name.strip(), tuple(a.strip() for a in axes.split('+') if a.strip())
+    if not sep or name not in rules:
+      raise ValueError(f'mesh.rules entry {item!r} must be <logical>=<mesh axes>, with <logical> '
+                       f'one of {", ".join(rules)} and mesh axes from {", ".join(MESH_AXES)} '
+                       "joined by '+' (empty = replicated).")
+    unknown = [a for a in axes if a not in MESH_AXES]
+    if unknown:
+      raise ValueError(f'mesh.rules entry {item!r} names unknown mesh axes {unknown}; valid: '
+                       f'{", ".join(MESH_AXES)}.')
+    rules[name] = None if not axes else axes[0] if len(axes) == 1 else axes
+  return tuple(rules.items())
+
+
+def _sizes(mesh_config: ml_collections.ConfigDict, prefix: str) -> list[int]:
+  return [int(mesh_config.get(prefix + a, 1)) for a in MESH_AXES]
+
 
 def mesh_shape(mesh_config: ml_collections.ConfigDict, num_devices: int) -> tuple[int, ...]:
-  """Resolves the (data, fsdp, tensor) sizes; one may be -1 to fill the remaining devices."""
-  sizes = [int(mesh_config[a]) for a in MESH_AXES]
+  """Resolves the within-slice (data, fsdp, tensor) sizes; one may be -1 to fill the devices.
+
+  ``num_devices`` is the number of devices per slice (all devices when there is one slice).
+  """
+  sizes = _sizes(mesh_config, '')
   if sizes.count(-1) > 1 or any(s == 0 or s < -1 for s in sizes):
     raise ValueError(f'mesh sizes {dict(zip(MESH_AXES, sizes))} are invalid: use positive '
                      'sizes, with at most one -1 (fill the remaining devices).')
@@ -36,10 +95,27 @@ def mesh_shape(mesh_config: ml_collections.ConfigDict, num_devices: int) -> tupl
   return tuple(sizes)
 
 
-def make_mesh(mesh_config: ml_collections.ConfigDict) -> Mesh:
-  devices = jax.devices()
-  shape = mesh_shape(mesh_config, len(devices))
-  return Mesh(np.asarray(devices).reshape(shape), MESH_AXES)
+def make_mesh(mesh_config: ml_collections.ConfigDict,
+              devices: Sequence[jax.Device] | None = None) -> Mesh:
+  """The (data, fsdp, tensor) mesh over ``devices`` (default: all), topology-aware on TPU."""
+  devices = list(jax.devices() if devices is None else devices)
+  dcn = _sizes(mesh_config, 'dcn_')
+  if any(s <= 0 for s in dcn) or len(devices) % math.prod(dcn):
+    raise ValueError(f'mesh.dcn_* sizes {dict(zip(MESH_AXES, dcn))} must be positive and their '
+                     f'product must divide the {len(devices)} devices (one factor per slice).')
+  ici = mesh_shape(mesh_config, len(devices) // math.prod(dcn))
+  if math.prod(dcn) > 1:
+    # TPU slices are the granules across which the DCN factors apply; elsewhere (GPU hosts,
+    # CPU processes) the processes are.
+    slices = {getattr(d, 'slice_index', 0) for d in devices}
+    array = mesh_utils.create_hybrid_device_mesh(ici, dcn, devices,
+                                                 process_is_granule=len(slices) == 1)
+  else:
+    try:
+      array = mesh_utils.create_device_mesh(ici, devices, allow_split_physical_axes=True)
+    except (ValueError, NotImplementedError, AssertionError):
+      array = np.asarray(devices).reshape(ici)
+  return Mesh(array, MESH_AXES)
 
 
 def data_parallel_size(mesh: Mesh) -> int:
@@ -53,3 +129,71 @@ def batch_sharding(mesh: Mesh) -> NamedSharding:
 
 def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, P())
+
+
+def process_rows(mesh: Mesh, global_batch_size: int) -> tuple[int, int]:
+  """(shard index, shard count): this process feeds rows ``[i * B / n, (i + 1) * B / n)``.
+
+  Derived from the devices this process holds, so processes whose devices hold the same rows
+  (e.g. a tensor axis that spans hosts) load the same examples, as
+  ``jax.make_array_from_process_local_data`` expects.
+  """
+  index_map = batch_sharding(mesh).addressable_devices_indices_map((global_batch_size,))
+  starts = sorted({idx[0].start or 0 for idx in index_map.values()})
+  stops = sorted({global_batch_size if idx[0].stop is None else idx[0].stop
+                  for idx in index_map.values()})
+  start, stop = starts[0], stops[-1]
+  rows = stop - start
+  if global_batch_size % rows or start % rows:
+    raise ValueError(f'The batch rows [{start}, {stop}) of process {jax.process_index()} are not '
+                     'one of equal contiguous blocks; use a mesh whose data-parallel axes are '
+                     'laid out by process.')
+  return start // rows, global_batch_size // rows
+
+
+def _spec(names: Sequence[str | None], shape: Sequence[int], mesh: Mesh,
+          rules: Sequence[tuple[str, Any]], what: str) -> P:
+  spec = list(model_sharding.logical_to_mesh(names, rules))
+  for i, (axes, dim) in enumerate(zip(spec, shape)):
+    size = math.prod(mesh.shape[a] for a in ((axes,) if isinstance(axes, str) else axes or ()))
+    if size > 1 and dim % size:
+      logging.info('%s: dimension %d (%d) is not divisible by mesh axes %s (%d); replicated.',
+                   what, i, dim, axes, size)
+      spec[i] = None
+  return P(*spec)
+
+
+def param_specs(abstract_params: nnx.State, mesh: Mesh,
+                rules: Sequence[tuple[str, Any]]) -> dict[str, Any]:
+  """PartitionSpecs of the parameters, as the pure nested dict ``nnx.to_pure_dict`` makes.
+
+  Args:
+    abstract_params: the model's abstract ``nnx.State`` (from ``jax.eval_shape(models.init)``),
+      whose ``nnx.Param`` variables carry their logical axis names as ``out_sharding``.
+  """
+  out: dict[Any, Any] = {}
+  for path, variable in abstract_params.flat_state():
+    names = variable.get_metadata().get('out_sharding') or (None,) * variable.value.ndim
+    node = out
+    for key in path[:-1]:
+      node = node.setdefault(key, {})
+    node[path[-1]] = _spec(names, variable.value.shape, mesh, rules,
+                           '/'.join(str(k) for k in path))
+  return out
+
+
+def state_shardings(abstract_state: Any, abstract_params: nnx.State, tx: Any, mesh: Mesh,
+                    rules: Sequence[tuple[str, Any]]) -> Any:
+  """NamedShardings of a ``TrainState`` whose arrays have a leading (replicated) seed axis.
+
+  Parameters follow their logical names; optimizer moments follow their parameters
+  (``optax.tree_map_params``); counters, keys and anything else are replicated.
+  """
+  specs = jax.tree.map(lambda s: P(None, *s), param_specs(abstract_params, mesh, rules),
+                       is_leaf=lambda x: isinstance(x, P))
+  is_spec = lambda x: isinstance(x, P)
+  opt_specs = optax.tree_map_params(tx, lambda _, s: s, abstract_state.opt_state, specs,
+                                    transform_non_params=lambda _: P(), is_leaf=is_spec)
+  state_specs = abstract_state.replace(
+      step=P(), params=specs, opt_state=opt_specs, key=P(), skipped=P())
+  return jax.tree.map(lambda s: NamedSharding(mesh, s), state_specs, is_leaf=is_spec)

@@ -9,6 +9,8 @@ shardings and a donated state.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from typing import Any, Callable
 
 import flax.struct
@@ -95,12 +97,37 @@ def make_step_fns(train_graphdef: nnx.GraphDef, eval_graphdef: nnx.GraphDef,
 
 
 def jit_steps(train_step: Callable, eval_step: Callable, state_sharding, batch_sharding,
-              replicated):
-  """vmaps the steps over the seed axis (batches shared) and jits them once, state donated."""
+              replicated, rules):
+  """vmaps the steps over the seed axis (batches shared) and jits them once, state donated.
+
+  The returned callables run under the mesh and the logical-axis ``rules``, so the model's
+  activation annotations (``models.sharding.constrain``) become sharding constraints.
+  """
   train = jax.jit(jax.vmap(train_step, in_axes=(0, None)),
                   in_shardings=(state_sharding, batch_sharding),
                   out_shardings=(state_sharding, replicated), donate_argnums=0)
   evaluate = jax.jit(jax.vmap(eval_step, in_axes=(0, None)),
                      in_shardings=(state_sharding.params, batch_sharding),
                      out_shardings=replicated)
-  return train, evaluate
+  mesh = batch_sharding.mesh
+
+  def in_mesh(fn):
+    def context():
+      stack = contextlib.ExitStack()
+      stack.enter_context(jax.set_mesh(mesh))
+      stack.enter_context(nnx.logical_axis_rules(rules))
+      return stack
+
+    @functools.wraps(fn)
+    def wrapped(*args):
+      with context():
+        return fn(*args)
+
+    def lower(*args):
+      with context():
+        return fn.lower(*args)
+
+    wrapped.lower = lower
+    return wrapped
+
+  return in_mesh(train), in_mesh(evaluate)

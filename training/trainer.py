@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
 import os
 import time
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -23,6 +24,7 @@ from training import config_checks
 from training import metrics as metrics_lib
 from training import optim
 from training import partitioning
+from training import preemption
 from training import steps as steps_lib
 from training import workdir as workdir_lib
 
@@ -53,14 +55,16 @@ def setup_runtime(config: ml_collections.ConfigDict, *, quiet: bool = True) -> N
 class Experiment:
   """Everything a run derives from its config once: data info, model, mesh, steps, shardings."""
 
-  def __init__(self, config: ml_collections.ConfigDict, workdir: str):
+  def __init__(self, config: ml_collections.ConfigDict, workdir: str,
+               devices: Sequence[jax.Device] | None = None):
+    """``devices``: the devices of the mesh (default: all of them)."""
     config_checks.validate_config(config)
     self.config = config
     self.workdir = workdir
     self.info = data_lib.get_info(config.data, workdir=workdir)
     self.model_config = models.ModelConfig.from_config(
         config, vocab_size=self.info.vocab_size, num_classes=self.info.num_classes)
-    self.mesh = partitioning.make_mesh(config.mesh)
+    self.mesh = partitioning.make_mesh(config.mesh, devices)
     dp = partitioning.data_parallel_size(self.mesh)
     for name in ('batch_size', 'eval_batch_size'):
       size = config.train[name]
@@ -71,20 +75,21 @@ class Experiment:
     self.seeds = [config.train.seed + i for i in range(config.train.num_seeds)]
     self.num_updates = config.train.num_steps // config.optim.grad_accum_steps
     self.tx, self.schedule = optim.make_optimizer(config.optim, self.num_updates)
-    graphdef = lambda cfg: jax.eval_shape(functools.partial(models.init, cfg),
-                                          jax.random.PRNGKey(0))[0]
-    train_graphdef = graphdef(self.model_config)
-    eval_graphdef = graphdef(self.model_config.replace(deterministic=True))
+    abstract_model = lambda cfg: jax.eval_shape(functools.partial(models.init, cfg),
+                                                jax.random.PRNGKey(0))
+    train_graphdef, abstract_params = abstract_model(self.model_config)
+    eval_graphdef = abstract_model(self.model_config.replace(deterministic=True))[0]
     train_step, eval_step = steps_lib.make_step_fns(
         train_graphdef, eval_graphdef, self.tx, self.schedule,
         config.optim.grad_accum_steps, config.train.skip_nonfinite)
+    self.rules = partitioning.logical_rules(config.mesh)
     self.abstract_state = jax.eval_shape(self._init, self._seed_keys())
-    self.state_sharding = jax.tree.map(lambda _: partitioning.replicated(self.mesh),
-                                       self.abstract_state)
+    self.state_sharding = partitioning.state_shardings(
+        self.abstract_state, abstract_params, self.tx, self.mesh, self.rules)
     self.batch_sharding = partitioning.batch_sharding(self.mesh)
     self.train_step, self.eval_step = steps_lib.jit_steps(
         train_step, eval_step, self.state_sharding, self.batch_sharding,
-        partitioning.replicated(self.mesh))
+        partitioning.replicated(self.mesh), self.rules)
 
   def _seed_keys(self) -> jax.Array:
     return jnp.stack([jax.random.PRNGKey(s) for s in self.seeds])
@@ -106,8 +111,14 @@ class Experiment:
     return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
                         self.abstract_state, self.state_sharding)
 
+  def data_shard(self, global_batch_size: int) -> dict[str, int]:
+    """The rows of each global batch this process loads (``process_index/process_count`` of the
+    data iterators)."""
+    index, count = partitioning.process_rows(self.mesh, global_batch_size)
+    return {'process_index': index, 'process_count': count}
+
   def global_batch(self, local: dict[str, np.ndarray]) -> dict[str, jax.Array]:
-    """Assembles the global batch from this process's slice (multi-host ready)."""
+    """Assembles the global batch from this process's rows (multi-host)."""
     return {k: jax.make_array_from_process_local_data(self.batch_sharding, v)
             for k, v in local.items()}
 
@@ -128,7 +139,7 @@ class Experiment:
     return data_lib.eval_iterator(
         self.config.data, split, workdir=self.workdir,
         global_batch_size=self.config.train.eval_batch_size, max_length=max_length,
-        process_index=jax.process_index(), process_count=jax.process_count())
+        **self.data_shard(self.config.train.eval_batch_size))
 
   def evaluate_lengths(self, params, splits: Iterable[tuple[str, int]]
                        ) -> dict[str, dict[str, Any]]:
@@ -172,11 +183,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   """
   workdir = os.path.abspath(os.path.expanduser(workdir))
   os.makedirs(workdir, exist_ok=True)
-  with workdir_lib.lock(workdir, jax.process_index()):
-    return _train_and_evaluate(config, workdir)
+  with workdir_lib.lock(workdir, jax.process_index()), contextlib.ExitStack() as stack:
+    return _train_and_evaluate(config, workdir, stack)
 
 
-def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
+                        stack: contextlib.ExitStack) -> dict[str, Any]:
+  """The run; ``stack`` closes the checkpointer (waiting for its saves) and writers on any exit."""
   config_checks.check_resume_compatible(config, workdir)
   exp = Experiment(config, workdir)
   _write_json(os.path.join(workdir, config_checks.CONFIG_FILE),
@@ -184,6 +197,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
   t = config.train
 
   ckpt = checkpoints.Checkpointer(workdir, t.keep_checkpoints)
+  stack.callback(ckpt.close)
   start, state = ckpt.restore_latest(exp.abstract_with_shardings())
   if start:
     metrics_lib.console(f'Resumed from step {start} in {workdir}.')
@@ -192,11 +206,13 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
   num_params = models.count_params(exp.abstract_state.params) // len(exp.seeds)
   metrics_lib.console(f'{exp.model_config.position}/{exp.model_config.attention} model, '
                       f'{num_params:,} parameters, {len(exp.seeds)} seed(s), '
-                      f'{jax.device_count()} device(s), mesh {dict(exp.mesh.shape)}.')
+                      f'{jax.process_count()} process(es), {jax.device_count()} device(s), '
+                      f'mesh {dict(exp.mesh.shape)}.')
   writer = metrics_lib.MetricWriter(workdir, exp.seeds, resume_step=start)
+  stack.callback(writer.close)
   train_iter = data_lib.train_iterator(
       config.data, workdir=workdir, seed=config.data.seed, global_batch_size=t.batch_size,
-      start_step=start, process_index=jax.process_index(), process_count=jax.process_count())
+      start_step=start, **exp.data_shard(t.batch_size))
 
   window: dict[str, np.ndarray] = {}
   timing = {'t0': time.perf_counter(), 'steps': 0, 'step_time_sum': 0.0, 'timed_steps': 0}
@@ -232,6 +248,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
       timing.update(t0=time.perf_counter(), steps=0)
 
   pending = None
+  watcher = stack.enter_context(preemption.Watcher())
   for step in range(start + 1, t.num_steps + 1):
     t_iter = time.perf_counter()
     batch = exp.global_batch(next(train_iter))
@@ -244,6 +261,13 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
       timing['timed_steps'] += 1
     timing['steps'] += 1
     is_last = step == t.num_steps
+    if watcher.reached(step):
+      consume(*jax.device_get(pending))
+      ckpt.save(step, state)
+      ckpt.wait()
+      metrics_lib.console(f'Preempted: saved step {step} in {workdir}; the next start resumes '
+                          'from it.')
+      raise preemption.Preempted(step)
     if step % t.eval_every == 0 or step % t.checkpoint_every == 0 or is_last:
       consume(*jax.device_get(pending))
       pending = None
@@ -281,6 +305,4 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
       'skipped_updates': np.asarray(jax.device_get(state.skipped)).tolist(),
   }
   _write_json(os.path.join(workdir, SUMMARY_FILE), summary)
-  writer.close()
-  ckpt.close()
   return summary

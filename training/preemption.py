@@ -1,0 +1,57 @@
+"""Preemption notices (SIGTERM): every process agrees on one step, saves there and exits 0.
+
+With the JAX distributed runtime (several processes), the notice that any process receives is
+propagated to all of them by JAX's preemption sync manager, which picks the same step for all
+(``multihost_utils.reached_preemption_sync_point``; the runtime installs the SIGTERM handler).
+A single process installs its own SIGTERM handler and stops at the next step.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+from absl import logging
+from jax._src import distributed as jax_distributed
+from jax.experimental import multihost_utils
+
+
+class Preempted(SystemExit):
+  """Raised after the checkpoint of a preempted run is saved; exits the program with status 0."""
+
+  def __init__(self, step: int):
+    super().__init__(0)
+    self.step = step
+
+
+class Watcher:
+  """``reached(step)`` is True at the step where all processes save and stop.
+
+  Call it at every step, on every process. Use as a context manager, which restores the previous
+  SIGTERM handler on exit.
+  """
+
+  def __init__(self):
+    self._multihost = jax_distributed.global_state.client is not None
+    self._received = threading.Event()
+    self._previous = None
+
+  def __enter__(self) -> 'Watcher':
+    if not self._multihost and threading.current_thread() is threading.main_thread():
+      self._previous = signal.signal(signal.SIGTERM, self._on_signal)
+    return self
+
+  def __exit__(self, *exc) -> None:
+    if self._previous is not None:
+      signal.signal(signal.SIGTERM, self._previous)
+      self._previous = None
+
+  def _on_signal(self, signum, frame) -> None:
+    del frame
+    logging.warning('Received signal %d: saving a checkpoint at the next step.', signum)
+    self._received.set()
+
+  def reached(self, step: int) -> bool:
+    if self._multihost:
+      return multihost_utils.reached_preemption_sync_point(step)
+    return self._received.is_set()
