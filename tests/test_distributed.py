@@ -94,7 +94,7 @@ def _wait_for_step(workdir, step, procs, timeout=300):
 def _params(workdir, step):
   """Restores ``step`` of a workdir in this process (1 device), whatever mesh wrote it."""
   config = config_checks.load_config(workdir)
-  config.mesh.update(data=-1, fsdp=1, tensor=1, dcn_data=1, dcn_fsdp=1, dcn_tensor=1)
+  config.mesh = partitioning.fit_to_devices(config.mesh)
   exp = trainer.Experiment(config, workdir)
   ckpt = checkpoints.Checkpointer(workdir, 5)
   state = ckpt.restore(step, exp.abstract_with_shardings())
@@ -175,6 +175,24 @@ def test_sigterm_to_one_process_saves_one_step_and_resumes(tmp_path, data_dir):
   assert _train_records(workdir)[-1]['step'] == steps[0] + 2
 
 
+def test_sigterm_single_process_saves_exits_0_and_resumes(tmp_path, data_dir):
+  workdir = str(tmp_path / 'term')
+  long_run = ('--config.mesh.fsdp=1', '--config.train.log_every=1',
+              '--config.train.checkpoint_every=2000', '--config.train.eval_every=2000')
+  proc = _start(_train_command(workdir, data_dir, *long_run, '--config.train.num_steps=2000'), 1,
+                tmp_path / 'term.log')
+  _wait_for_step(workdir, 3, [proc])
+  proc.send_signal(signal.SIGTERM)
+  assert _wait([proc], timeout=120) == [0], _log(tmp_path, 'term.log')[-3000:]
+  steps = [int(s) for s in os.listdir(os.path.join(workdir, 'checkpoints')) if s.isdigit()]
+  assert len(steps) == 1 and f'Preempted: saved step {steps[0]}' in _log(tmp_path, 'term.log')
+  proc = subprocess.run(_train_command(workdir, data_dir, *long_run,
+                                       f'--config.train.num_steps={steps[0] + 2}'),
+                        cwd=ROOT, env=_env(1), capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+  assert f'Resumed from step {steps[0]}' in proc.stdout
+
+
 def test_lost_process_stops_the_other_with_an_error(tmp_path, data_dir):
   workdir = str(tmp_path / 'lost')
   procs = _start_pair(workdir, data_dir, tmp_path, '--config.train.num_steps=100000',
@@ -214,6 +232,7 @@ def test_logical_rules_and_mesh_config_errors():
   config.mesh.update(data=1, fsdp=1, tensor=1, dcn_data=2)
   with pytest.raises(ValueError, match='dcn'):
     partitioning.make_mesh(config.mesh)
+  assert partitioning.fit_to_devices(config.mesh).dcn_data == 1  # evaluation on other hardware
   config.mesh.dcn_data = 1
   mesh = partitioning.make_mesh(config.mesh)
   assert partitioning.process_rows(mesh, 16) == (0, 1)

@@ -118,6 +118,27 @@ def make_mesh(mesh_config: ml_collections.ConfigDict,
   return Mesh(array, MESH_AXES)
 
 
+def fit_to_devices(mesh_config: ml_collections.ConfigDict,
+                   num_devices: int | None = None) -> ml_collections.ConfigDict:
+  """``mesh_config`` if it fits the devices, else pure data parallelism over all of them.
+
+  For evaluating a checkpoint on other hardware than it was trained on (orbax restores onto any
+  mesh): a run saved on a (2, 4, 1) mesh of 8 devices is evaluated on 1 CPU device.
+  """
+  num_devices = jax.device_count() if num_devices is None else num_devices
+  try:
+    mesh_shape(mesh_config, num_devices // math.prod(_sizes(mesh_config, 'dcn_')))
+    if num_devices % math.prod(_sizes(mesh_config, 'dcn_')) == 0:
+      return mesh_config
+  except ValueError:
+    pass
+  fitted = ml_collections.ConfigDict(mesh_config.to_dict())
+  fitted.update(data=-1, fsdp=1, tensor=1, dcn_data=1, dcn_fsdp=1, dcn_tensor=1)
+  logging.warning('The mesh %s does not fit the %d devices; using %s.',
+                  mesh_config.to_dict(), num_devices, fitted.to_dict())
+  return fitted
+
+
 def data_parallel_size(mesh: Mesh) -> int:
   return math.prod(mesh.shape[a] for a in BATCH_AXES)
 
