@@ -1,14 +1,17 @@
 """Evaluates a trained workdir, optionally at lengths beyond training.
 
   python eval.py --workdir=/tmp/run --eval_lengths=128,256
+
+A bad argument or workdir ends with status 2 and one paragraph naming the problem and the fix
+(``training/cli.py``); nothing in the workdir is changed except ``eval.json``.
 """
 
 from absl import app
 from absl import flags
 from absl import logging
 
+from training import cli
 from training import distributed
-from training import evaluation
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('workdir', None, 'The train.py workdir to evaluate.', required=True)
@@ -22,14 +25,17 @@ distributed.define_flags()
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  from training import evaluation  # pylint: disable=g-import-not-at-top
+  # Arguments first: a malformed one fails before anything is loaded.
+  lengths = evaluation.parse_lengths(FLAGS.eval_lengths)
+  evaluation.parse_checkpoint(FLAGS.checkpoint)
   distributed.initialize_from_flags()
   if not FLAGS['verbosity'].present:
     logging.set_verbosity(logging.WARNING)  # library INFO logs (TFDS, orbax) off
   results = evaluation.evaluate_workdir(
-      FLAGS.workdir, checkpoint=FLAGS.checkpoint, split=FLAGS.split,
-      eval_lengths=evaluation.parse_lengths(FLAGS.eval_lengths))
+      FLAGS.workdir, checkpoint=FLAGS.checkpoint, split=FLAGS.split, eval_lengths=lengths)
   print(evaluation.format_table(results))
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

@@ -2,7 +2,9 @@
 
   python train.py --config=configs/default.py --workdir=/tmp/run --config.model.position=alibi
 
-Resumes automatically from the newest checkpoint in --workdir.
+Resumes automatically from the newest checkpoint in --workdir. A bad config or argument ends with
+status 2 and one paragraph naming the problem and the fix (``training/cli.py``); SIGTERM saves a
+checkpoint and exits 0.
 """
 
 from absl import app
@@ -10,6 +12,7 @@ from absl import flags
 from ml_collections import config_flags
 
 import training
+from training import cli
 from training import distributed
 
 FLAGS = flags.FLAGS
@@ -30,4 +33,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

@@ -26,6 +26,8 @@ from benchmarks import common
 
 flags.DEFINE_string('shape', '8,512,12,64', 'batch,length,heads,head_dim')
 flags.DEFINE_integer('layers', 12, 'Layers sharing one sin/cos table.')
+flags.DEFINE_integer('rounds', 5, 'Interleaved rounds.')
+flags.DEFINE_string('json', None, 'Write the figures here (for run_all.py).')
 FLAGS = flags.FLAGS
 
 
@@ -62,7 +64,7 @@ def main(_):
       'apply half': lambda: apply_only['half'](x, tables['half']),
       'shared': lambda: shared(xs, positions),
       'recomputed': lambda: recomputed(xs, positions),
-  })
+  }, rounds=FLAGS.rounds)
   print(f'machine: {common.machine()}')
   print(f'tensor [{b}, {length}, {h}, {d}] float32; {FLAGS.layers} layers x (q, k) for sharing')
   print(f'{"measurement":<44} {"ms":>9} {"ratio":>8}')
@@ -78,6 +80,25 @@ def main(_):
         f'{1.0:8.2f}')
   print(f'{"sin/cos recomputed per layer / shared":<44} {t["recomputed"] * 1e3:9.3f} '
         f'{t["recomputed"] / t["shared"]:8.2f}')
+  ratio = lambda name: t[name] / t['floor']
+  rows = [[f'`apply` with shared sin/cos, {layout} / elementwise floor',
+           f'{ratio("apply " + layout):.2f}x'] for layout in rope.LAYOUTS]
+  rows += [[f'one-call `apply_rotary` (computes sin/cos too), {layout} / floor',
+            f'{ratio(layout):.2f}x'] for layout in rope.LAYOUTS]
+  rows += [['half / interleaved (one-call)', f'{t["half"] / t["interleaved"]:.2f}x'],
+           [f'{FLAGS.layers} layers x (q, k): sin/cos recomputed per layer / shared',
+            f'{t["recomputed"] / t["shared"]:.2f}x']]
+  figures = [common.figure(f'apply (shared sin/cos), {layout} / elementwise floor',
+                           ratio('apply ' + layout), goal='<= 2x',
+                           met=ratio('apply ' + layout) <= 2.0) for layout in rope.LAYOUTS]
+  figures.append(common.figure('sin/cos recomputed per layer / shared',
+                               t['recomputed'] / t['shared'], goal='> 1x (sharing pays)',
+                               met=t['recomputed'] / t['shared'] > 1.0))
+  common.write_json(FLAGS.json, {
+      'title': 'RoPE apply vs the elementwise floor',
+      'setup': f'tensor [{b}, {length}, {h}, {d}] float32, {FLAGS.layers} layers for sharing; '
+               f'median of {FLAGS.rounds} interleaved rounds of 30 calls',
+      'figures': figures, 'header': ['measurement', 'ratio'], 'rows': rows})
 
 
 if __name__ == '__main__':

@@ -30,6 +30,8 @@ flags.DEFINE_string('position', 'rotary', 'Position scheme.')
 flags.DEFINE_integer('batch_size', 32, 'Global batch size.')
 flags.DEFINE_integer('length', 64, 'Sequence length (data.max_length).')
 flags.DEFINE_string('data_dir', None, 'TFDS data_dir for the probes (default: a temp dir).')
+flags.DEFINE_integer('repeats', 10, 'Steps per round (5 interleaved rounds).')
+flags.DEFINE_string('json', None, 'Write the figures here (for run_all.py).')
 FLAGS = flags.FLAGS
 
 
@@ -68,7 +70,8 @@ def main(_):
         out = alone()
       return out
 
-    t = common.time_fns({'together': together, 'one_by_one': one_by_one}, repeats=10)
+    t = common.time_fns({'together': together, 'one_by_one': one_by_one},
+                        repeats=FLAGS.repeats)
   print(f'machine: {common.machine()}')
   print(f'{FLAGS.size} {FLAGS.position}, batch {FLAGS.batch_size} x length {FLAGS.length}, '
         f'{FLAGS.seeds} seeds')
@@ -78,6 +81,21 @@ def main(_):
   print(f'{"speed-up (one by one / vmapped)":<46} {t["one_by_one"] / t["together"]:9.2f}x')
   print(f'{"compile: vmapped step / single-seed step":<46} {compile_s:6.1f}s / {compile_1:.1f}s '
         f'(one compile instead of {FLAGS.seeds} processes x {compile_1:.1f}s)')
+  speed = t['one_by_one'] / t['together']
+  common.write_json(FLAGS.json, {
+      'title': 'Seeds trained together (vmapped) vs one by one',
+      'setup': f'{FLAGS.size} {FLAGS.position}, batch {FLAGS.batch_size} x length '
+               f'{FLAGS.length}, {FLAGS.seeds} seeds, real `Experiment` train step; median of '
+               f'5 interleaved rounds of {FLAGS.repeats} steps',
+      'figures': [common.figure(f'{FLAGS.seeds} seeds vmapped: speed vs one by one', speed,
+                                detail='reported (> 1 means vmapping is faster)'),
+                  common.figure('compile: vmapped step', compile_s, unit='s',
+                                detail=f'single-seed step {compile_1:.1f} s')],
+      'header': ['measurement', 'value'],
+      'rows': [[f'vmapped step, {FLAGS.seeds} seeds', f'{t["together"] * 1e3:.2f} ms'],
+               [f'{FLAGS.seeds} x single-seed step', f'{t["one_by_one"] * 1e3:.2f} ms'],
+               ['speed-up (one by one / vmapped)', f'{speed:.2f}x'],
+               ['compile: vmapped / single-seed', f'{compile_s:.1f} s / {compile_1:.1f} s']]})
 
 
 if __name__ == '__main__':

@@ -58,14 +58,22 @@ class Classes:
     """The class id of a row's label; ValueError naming the file and row if it is not a class."""
     if self.integer_labels:
       if not _INTEGER.fullmatch(row.label):
-        raise ValueError(f'{row.where}: label {row.label!r} is not an integer class id')
+        raise ValueError(f'{row.where}: label {row.label!r} is not an integer class id, but the '
+                         'training labels are class ids 0..n-1. Use class ids in every file, '
+                         'or class names in every file.')
       label = int(row.label)
       if not 0 <= label < len(self.names):
         raise ValueError(f'{row.where}: label {label} is outside the class range '
-                         f'[0, {len(self.names)})')
+                         f'[0, {len(self.names)}) that the training labels define (the largest '
+                         'training label + 1). Fix the label, or add an example of that class '
+                         'to the training files (and delete classes.json in a workdir that has '
+                         'one).')
       return label
     if row.label not in self._ids:
-      raise ValueError(f'{row.where}: unknown label {row.label!r}; classes: {list(self.names)}')
+      raise ValueError(f'{row.where}: label {row.label!r} is not one of the classes '
+                       f'{list(self.names)} that the training labels define. Fix the label, or '
+                       'add an example of that class to the training files (and delete '
+                       'classes.json in a workdir that has one).')
     return self._ids[row.label]
 
   @functools.cached_property
@@ -87,12 +95,15 @@ def _read_delimited(path: str, delimiter: str, text_column: str,
     reader = csv.DictReader(f, delimiter=delimiter)
     for column in (text_column, label_column):
       if reader.fieldnames is None or column not in reader.fieldnames:
-        raise ValueError(f'{path}: no column {column!r} in the header {reader.fieldnames}')
+        raise ValueError(f'{path}: no column {column!r} in the header {reader.fieldnames}. The '
+                         'first row must name the columns; set data.text_column and '
+                         'data.label_column to the right names.')
     for i, record in enumerate(reader, start=1):
       where = f'{path}, row {i} (line {reader.line_num})'
       text, label = record[text_column], record[label_column]
       if text is None or label is None:
-        raise ValueError(f'{where}: fewer fields than the header')
+        raise ValueError(f'{where}: fewer fields than the header; quote fields that contain '
+                         'the delimiter or a newline.')
       yield _Row(where, _to_bytes(text), label.strip())
 
 
@@ -105,10 +116,12 @@ def _read_jsonl(path: str, text_column: str, label_column: str) -> Iterator[_Row
       try:
         record = json.loads(line)
       except json.JSONDecodeError as e:
-        raise ValueError(f'{where}: invalid JSON: {e}') from e
+        raise ValueError(f'{where}: invalid JSON ({e}); each line must be one JSON object, '
+                         'e.g. {"text": "...", "label": "..."}.') from None
       if not isinstance(record, dict) or text_column not in record or label_column not in record:
         raise ValueError(f'{where}: expected an object with keys {text_column!r} and '
-                         f'{label_column!r}')
+                         f'{label_column!r}; set data.text_column and data.label_column to the '
+                         'keys your file uses.')
       text, label = record[text_column], record[label_column]
       text = '' if text is None else text if isinstance(text, str) else json.dumps(text)
       yield _Row(where, _to_bytes(text), str(label).strip())
@@ -122,7 +135,9 @@ def read_rows(path: str, text_column: str, label_column: str) -> list[_Row]:
     ValueError: on an unknown extension, a missing column, or an empty label.
   """
   if not os.path.isfile(path):
-    raise FileNotFoundError(f'Data file {path!r} not found')
+    raise FileNotFoundError(f'Data file {path!r} not found (data.train_files, '
+                            'data.validation_files and data.test_files are comma-separated paths, '
+                            f'relative to {os.getcwd()}); fix the path.')
   extension = os.path.splitext(path)[1].lower()
   if extension == '.csv':
     rows = list(_read_delimited(path, ',', text_column, label_column))
@@ -131,11 +146,12 @@ def read_rows(path: str, text_column: str, label_column: str) -> list[_Row]:
   elif extension in ('.jsonl', '.ndjson'):
     rows = list(_read_jsonl(path, text_column, label_column))
   else:
-    raise ValueError(f'{path}: unknown extension {extension!r}; use .csv, .tsv, .tab, .jsonl '
-                     'or .ndjson')
+    raise ValueError(f'{path}: unknown extension {extension!r}; the format is taken from the '
+                     'extension: rename the file to .csv, .tsv, .tab, .jsonl or .ndjson.')
   for row in rows:
     if not row.label:
-      raise ValueError(f'{row.where}: empty label')
+      raise ValueError(f'{row.where}: empty label; every example needs a label (remove the row '
+                       'or fill it in).')
   return rows
 
 
@@ -146,28 +162,47 @@ def _split_paths(paths: str) -> list[str]:
 def infer_classes(rows: list[_Row]) -> Classes:
   """The classes of training rows: ids 0..max if all labels are integers, else sorted names."""
   if not rows:
-    raise ValueError('No training rows to infer the classes from')
+    raise ValueError('The training files hold no rows, so there are no classes: give '
+                     'data.train_files with at least one labelled example.')
   if all(_INTEGER.fullmatch(row.label) for row in rows):
     for row in rows:
       if int(row.label) < 0:
-        raise ValueError(f'{row.where}: negative integer label {row.label}')
+        raise ValueError(f'{row.where}: negative integer label {row.label}; integer labels are '
+                         'class ids 0..n-1 (or use class names).')
     num_classes = max(int(row.label) for row in rows) + 1
     return Classes(tuple(str(i) for i in range(num_classes)), integer_labels=True)
   return Classes(tuple(sorted({row.label for row in rows})), integer_labels=False)
 
 
-def load_or_save_classes(workdir: str | None, rows: list[_Row]) -> Classes:
-  """Reads ``workdir/classes.json``, or infers the classes from ``rows`` and writes it there."""
+def load_classes(workdir: str | None) -> Classes | None:
+  """The classes saved in ``workdir/classes.json`` (None if there is none)."""
   path = os.path.join(workdir, CLASSES_FILE) if workdir else None
-  if path and os.path.exists(path):
+  if not path or not os.path.exists(path):
+    return None
+  try:
     with open(path) as f:
       saved = json.load(f)
-    return Classes(tuple(saved['class_names']), saved['integer_labels'])
-  classes = infer_classes(rows)
-  if path:
-    os.makedirs(workdir, exist_ok=True)
-    content = {'class_names': list(classes.names), 'integer_labels': classes.integer_labels}
-    cache.write_atomically(path, json.dumps(content, indent=1).encode())
+    return Classes(tuple(str(n) for n in saved['class_names']), bool(saved['integer_labels']))
+  except (OSError, ValueError, KeyError, TypeError) as e:
+    raise ValueError(f'{path} is unreadable ({type(e).__name__}: {e}); it holds the class ids of '
+                     'this workdir. Delete it to infer the classes from the training files '
+                     'again.') from None
+
+
+def save_classes(workdir: str | None, classes: Classes) -> None:
+  """Writes ``workdir/classes.json`` (atomically) unless it exists."""
+  path = os.path.join(workdir, CLASSES_FILE) if workdir else None
+  if not path or os.path.exists(path):
+    return
+  os.makedirs(workdir, exist_ok=True)
+  content = {'class_names': list(classes.names), 'integer_labels': classes.integer_labels}
+  cache.write_atomically(path, json.dumps(content, indent=1).encode())
+
+
+def load_or_save_classes(workdir: str | None, rows: list[_Row]) -> Classes:
+  """Reads ``workdir/classes.json``, or infers the classes from ``rows`` and writes it there."""
+  classes = load_classes(workdir) or infer_classes(rows)
+  save_classes(workdir, classes)
   return classes
 
 
@@ -190,13 +225,16 @@ class FilesSource:
   def __init__(self, *, train_files: str, validation_files: str, test_files: str,
                text_column: str, label_column: str, workdir: str | None):
     if not _split_paths(train_files):
-      raise ValueError('data.name=files needs data.train_files (comma-separated paths)')
+      raise ValueError('data.name=files needs data.train_files (comma-separated paths), e.g. '
+                       '--config.data.train_files=train.csv.')
 
     def read(paths: str) -> list[_Row]:
       return [row for p in _split_paths(paths) for row in read_rows(p, text_column, label_column)]
 
     train = read(train_files)
-    classes = load_or_save_classes(workdir, train)
+    # classes.json is written only once every row of every split has a valid label, so bad
+    # input leaves nothing behind in the workdir.
+    classes = load_classes(workdir) or infer_classes(train)
     if _split_paths(validation_files):
       validation = read(validation_files)
     else:
@@ -212,6 +250,7 @@ class FilesSource:
                 np.array([classes.label_id(row) for row in rows], np.int32))
         for split, rows in (('train', train), ('validation', validation), ('test', test))
     }
+    save_classes(workdir, classes)
 
   def num_examples(self, split: str) -> int:
     return len(self._examples[split][1])

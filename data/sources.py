@@ -120,7 +120,21 @@ def embedded_source(builder: tfds.core.GeneratorBasedBuilder) -> TfdsSource:
 
 
 def prepare(builder: tfds.core.GeneratorBasedBuilder) -> None:
-  """Generates an embedded dataset into its data_dir unless it is already there (no download)."""
+  """Generates an embedded dataset into its data_dir unless it is already there (no download).
+
+  TFDS writes into a temporary directory and renames it when complete, so an interrupted
+  preparation is redone, never half-used.
+
+  Raises:
+    FileNotFoundError: the local files it is made from are missing (the message says how to
+      install them), raised as such rather than wrapped by TFDS.
+  """
   if not builder.is_prepared():
-    builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
-        compute_stats=tfds.download.ComputeStatsMode.SKIP))
+    try:
+      builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
+          compute_stats=tfds.download.ComputeStatsMode.SKIP))
+    except FileNotFoundError as e:
+      cause = e
+      while cause.__cause__ is not None and isinstance(cause.__cause__, FileNotFoundError):
+        cause = cause.__cause__
+      raise FileNotFoundError(' '.join(str(cause).split())) from None

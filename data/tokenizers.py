@@ -135,13 +135,23 @@ def load_or_train_sentencepiece(
   meta_path = os.path.join(workdir, SP_META_FILE)
   meta = {'dataset': dataset, 'sp_vocab_size': vocab_size}
   if os.path.exists(model_path):
-    with open(meta_path) as f:
-      cached = json.load(f)
+    try:
+      with open(meta_path) as f:
+        cached = json.load(f)
+    except (OSError, ValueError) as e:
+      raise ValueError(f'{meta_path}, which records what {model_path} was trained for, is '
+                       f'missing or unreadable ({type(e).__name__}); delete spm.model and '
+                       'spm.json to retrain the tokenizer, or use another workdir.') from None
     if cached != meta:
       raise ValueError(f'{model_path} was trained for {cached}, not {meta}: use another workdir '
                        'or delete spm.model and spm.json to retrain.')
     with open(model_path, 'rb') as f:
-      return SentencePieceTokenizer(f.read())
+      proto = f.read()
+    try:
+      return SentencePieceTokenizer(proto)
+    except Exception as e:  # pylint: disable=broad-except  (sentencepiece raises RuntimeError)
+      raise ValueError(f'{model_path} is not a valid SentencePiece model ({type(e).__name__}); '
+                       'delete spm.model and spm.json to retrain the tokenizer.') from None
   proto = train_sentencepiece(read_training_texts(), vocab_size)
   os.makedirs(workdir, exist_ok=True)
   cache.write_atomically(meta_path, json.dumps(meta).encode())

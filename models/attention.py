@@ -1,9 +1,14 @@
 """Multi-head self-attention whose position scheme is a set of hooks (``models.positions``).
 
-Softmax attention goes through ``jax.nn.dot_product_attention`` (logits and softmax in float32)
-with the scheme's bias and the key padding mask. Explicit probabilities are formed only where
-that function cannot be used: a scheme that mixes relative representations into the values
-(Shaw with ``model.shaw_values``) or attention-probability dropout. Linear attention is
+Softmax attention (logits and softmax in float32, the scheme's bias, the key padding mask) is
+``softmax_attention``: the computation of ``jax.nn.dot_product_attention``'s XLA implementation,
+written out for one group of heads. On CPU that form is what XLA fuses into one kernel (dot,
+bias, mask, softmax, dot); the library call adds a grouped-query axis whose mask ``select``
+splits the fusion (measured on 2 CPU cores, [4, 512, 4, 64]: the attention forward ~2x slower). On GPU/TPU the library call is kept (``jax.nn.dot_product_attention``, where JAX may
+pick fused kernels), and ``dot_product_attention_implementation('cudnn')`` asks for cuDNN's
+flash attention. Explicit probabilities (with dropout or a value term) are formed only where
+those cannot be used: a scheme that mixes relative representations into the values (Shaw with
+``model.shaw_values``) or attention-probability dropout. Linear attention is
 ``rope.linear_attention`` (RoFormer eq. 19), which rotates phi(q), phi(k) itself.
 
 Parameter layout (Hugging Face RoFormer's query/key/value/output dense layers, reshaped):
@@ -13,10 +18,13 @@ query/key/value kernels [embed, heads, head_dim] with biases [heads, head_dim]; 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 import rope
@@ -25,6 +33,69 @@ from models.config import ModelConfig
 from models.positions import LayerHooks, PositionContext
 
 _HEADS = (sharding.BATCH, sharding.LENGTH, sharding.HEADS, sharding.KV)
+IMPLEMENTATIONS = (None, 'xla', 'cudnn', 'explicit')
+_implementation: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    'dot_product_attention_implementation', default=None)
+
+
+@contextlib.contextmanager
+def dot_product_attention_implementation(name: str | None):
+  """Within this context, softmax attention uses implementation ``name``:
+
+  * None (default): ``softmax_attention`` on CPU, ``jax.nn.dot_product_attention`` elsewhere;
+  * 'explicit': ``softmax_attention`` on every backend;
+  * 'xla' or 'cudnn': ``jax.nn.dot_product_attention(implementation=name)``; 'cudnn' is cuDNN's
+    fused flash attention on NVIDIA GPUs (bfloat16/float16, head_dim <= 128; it raises where
+    unsupported).
+
+  It acts at trace time: wrap the ``jit(...).lower`` or first call, not later calls.
+  """
+  if name not in IMPLEMENTATIONS:
+    raise ValueError(f'Unknown attention implementation {name!r}; valid choices: '
+                     f'{", ".join(map(str, IMPLEMENTATIONS))}.')
+  token = _implementation.set(name)
+  try:
+    yield
+  finally:
+    _implementation.reset(token)
+
+
+def softmax_attention(q_BxLxHxD: jax.Array, k_BxLxHxD: jax.Array, v_BxLxHxD: jax.Array,
+                      bias: jax.Array | None, mask: jax.Array | None) -> jax.Array:
+  """softmax(q k^T / sqrt(head_dim) + bias, masked) v, as ``jax.nn.dot_product_attention``'s XLA
+  implementation computes it (same operations, order, dtypes and mask value), for queries and
+  keys with the same number of heads. Forward values equal the library's (bitwise for head_dim
+  64 in float32 and bfloat16 as measured; XLA's fused kernel may round differently by an ulp).
+
+  Args:
+    q_BxLxHxD, k_BxLxHxD, v_BxLxHxD: [batch, length, heads, head_dim], one dtype.
+    bias: float [batch or 1, heads or 1, length_q, length_k] added to the logits, or None.
+    mask: bool [batch or 1, heads or 1, length_q or 1, length_k], true where attending, or None.
+  Returns:
+    [batch, length, heads, head_dim] in the inputs' dtype.
+  """
+  logits_dtype = jnp.promote_types(q_BxLxHxD.dtype, jnp.float32)
+  precision = None
+  if q_BxLxHxD.dtype == jnp.bfloat16:
+    precision = jax.lax.DotAlgorithmPreset.BF16_BF16_F32
+  elif q_BxLxHxD.dtype == jnp.float16:
+    precision = jax.lax.DotAlgorithmPreset.F16_F16_F32
+  logits_BxHxLxL = jnp.einsum('BTNH,BSNH->BNTS', q_BxLxHxD, k_BxLxHxD, precision=precision,
+                              preferred_element_type=logits_dtype)
+  logits_BxHxLxL = logits_BxHxLxL * jnp.array(1.0 / np.sqrt(q_BxLxHxD.shape[-1]),
+                                              dtype=logits_dtype)
+  if bias is not None:
+    logits_BxHxLxL = (logits_BxHxLxL + bias).astype(logits_dtype)
+  if mask is not None:
+    # Masked logits become large_negative: added rather than selected (jnp.where), which gives
+    # the same values (|logit| is far below half an ulp of large_negative, and an added 0 is
+    # exact) and lets XLA on CPU fuse dot, bias, softmax and dot into one kernel.
+    large_negative = -0.7 * min(jnp.finfo(logits_dtype).max, jnp.finfo(jnp.float32).max)
+    logits_BxHxLxL = logits_BxHxLxL + jnp.where(mask, jnp.zeros((), logits_dtype),
+                                                jnp.asarray(large_negative, logits_dtype))
+  probs_BxHxLxL = jax.nn.softmax(logits_BxHxLxL.astype(jnp.float32), axis=-1).astype(
+      k_BxLxHxD.dtype)
+  return jnp.einsum('BNTS,BSNH->BTNH', probs_BxHxLxL, v_BxLxHxD)
 
 
 class SelfAttention(nnx.Module):
@@ -63,7 +134,7 @@ class SelfAttention(nnx.Module):
         cfg.attention_dropout_rate > 0 and not cfg.deterministic)
 
   def __call__(self, x_BxLxE: jax.Array, mask_BxL: jax.Array, ctx: PositionContext, *,
-               rngs: nnx.Rngs | None) -> jax.Array:
+               rngs: nnx.Rngs | None, num_queries: int | None = None) -> jax.Array:
     """Attends over the real (mask true) keys; returns [batch, length, embed].
 
     Args:
@@ -71,8 +142,18 @@ class SelfAttention(nnx.Module):
       mask_BxL: bool [batch, length], true at real tokens.
       ctx: the forward pass's shared position state.
       rngs: dropout keys (used only with attention-probability dropout in training).
+      num_queries: compute the outputs of the first ``num_queries`` positions only (all keys
+        still attended): [batch, num_queries, embed]. Softmax attention only.
     """
-    q_BxLxHxD = sharding.constrain(self.query(x_BxLxE), _HEADS)
+    x_q_BxQxE = x_BxLxE
+    if num_queries is not None:
+      if self.kind != 'softmax':
+        raise ValueError('num_queries needs softmax attention.')
+      x_q_BxQxE = x_BxLxE[:, :num_queries]
+      ctx_q = ctx.first_queries(num_queries)
+    else:
+      ctx_q = ctx
+    q_BxLxHxD = sharding.constrain(self.query(x_q_BxQxE), _HEADS)
     k_BxLxHxD = sharding.constrain(self.key(x_BxLxE), _HEADS)
     v_BxLxHxD = sharding.constrain(self.value(x_BxLxE), _HEADS)
     v_BxLxHxD = self.positions.rotate(v_BxLxHxD, ctx, 'value')
@@ -81,16 +162,23 @@ class SelfAttention(nnx.Module):
           q_BxLxHxD, k_BxLxHxD, v_BxLxHxD, mask=mask_BxL, rotary=self.positions.rotary,
           tables=ctx.rotary_tables, feature_map=self.feature_map)
     else:
-      q_BxLxHxD = self.positions.rotate(q_BxLxHxD, ctx, 'query')
+      q_BxLxHxD = self.positions.rotate(q_BxLxHxD, ctx_q, 'query')
       k_BxLxHxD = self.positions.rotate(k_BxLxHxD, ctx, 'key')
-      bias = self.positions.bias(q_BxLxHxD, ctx)
+      bias = self.positions.bias(q_BxLxHxD, ctx_q)
       mask_Bx1x1xL = mask_BxL[:, None, None, :]
       if self.explicit_probabilities:
         out_BxLxHxD = self._attend_explicitly(q_BxLxHxD, k_BxLxHxD, v_BxLxHxD, bias,
-                                              mask_Bx1x1xL, ctx, rngs)
+                                              mask_Bx1x1xL, ctx_q, rngs)
       else:
-        out_BxLxHxD = jax.nn.dot_product_attention(q_BxLxHxD, k_BxLxHxD, v_BxLxHxD, bias=bias,
-                                                   mask=mask_Bx1x1xL)
+        implementation = _implementation.get()
+        if implementation is None and jax.default_backend() == 'cpu':
+          implementation = 'explicit'
+        if implementation == 'explicit':
+          out_BxLxHxD = softmax_attention(q_BxLxHxD, k_BxLxHxD, v_BxLxHxD, bias, mask_Bx1x1xL)
+        else:
+          out_BxLxHxD = jax.nn.dot_product_attention(
+              q_BxLxHxD, k_BxLxHxD, v_BxLxHxD, bias=bias, mask=mask_Bx1x1xL,
+              implementation=implementation)
     out_BxLxHxD = sharding.constrain(out_BxLxHxD, _HEADS)
     return self.output(out_BxLxHxD)
 

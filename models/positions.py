@@ -9,7 +9,7 @@ Every scheme is at most three hooks, so attention never knows which scheme it ru
 
 A ``PositionScheme`` (one per model) holds the shared parameters, applies ``embed`` and computes
 a ``PositionContext`` once per forward pass from the explicit positions (rotary sin/cos tables,
-bias tensors, relative-distance one-hots); every encoder layer shares it. Each layer's attention
+bias tensors, clipped relative distances); every encoder layer shares it. Each layer's attention
 owns a ``LayerHooks`` made by the scheme (with per-layer parameters for Shaw) and calls
 ``rotate``, ``bias`` and, where a scheme mixes relative representations into the values (Shaw with
 ``model.shaw_values``), ``value_term`` on the attention probabilities.
@@ -47,19 +47,57 @@ class PositionContext(NamedTuple):
   Attributes:
     rotary_tables: ``rope.RotaryTables`` (float32 sin/cos [batch, length, rotary_dim/2]).
     bias: float32 additive logits term [batch, heads, length_q, length_k].
-    relative: one-hot clipped relative distances [batch, length_q, length_k, 2k+1] (Shaw), in
-      the compute dtype.
+    relative: int32 clipped relative distances + k, in [0, 2k], [batch, length_q, length_k]
+      (Shaw).
   """
 
   rotary_tables: rope.RotaryTables | None = None
   bias: jax.Array | None = None
   relative: jax.Array | None = None
 
+  def first_queries(self, num: int) -> PositionContext:
+    """The context of queries 0 .. num - 1 only (keys unchanged): what the query-side hooks
+    (``rotate(q, ..., 'query')``, ``bias``, ``value_term``) need when only those queries'
+    outputs are computed."""
+    tables = self.rotary_tables
+    if tables is not None:
+      tables = rope.RotaryTables(*(None if t is None else t[..., :num, :] for t in tables))
+    return PositionContext(
+        rotary_tables=tables,
+        bias=None if self.bias is None else self.bias[:, :, :num],
+        relative=None if self.relative is None else self.relative[:, :num])
+
 
 def relative_positions(positions_BxL: jax.Array) -> jax.Array:
   """int32 [batch, length_q, length_k]: positions[b, j] - positions[b, i] (key minus query)."""
   positions_BxL = positions_BxL.astype(jnp.int32)
   return positions_BxL[:, None, :] - positions_BxL[:, :, None]
+
+
+def _gather_row(row_HxR: jax.Array, index_M: jax.Array) -> jax.Array:
+  return row_HxR[:, index_M]
+
+
+# out[b, h, l, m] = table[b, h, l, index[b, l, m]]: one small gather per (batch, query) row.
+# Measured on CPU (XLA), [4, 4, 512, 33] -> [4, 4, 512, 512]: forward 5 ms and backward 16 ms,
+# against 61 ms / 39 ms for the contraction with a precomputed one-hot (which also costs a
+# [batch, length, length, 2k+1] tensor) and 6 ms / 112 ms for jnp.take_along_axis.
+_gather_rows = jax.vmap(jax.vmap(_gather_row, in_axes=(1, 0), out_axes=1))
+
+
+def gather_relative(table_BxHxLxR: jax.Array, index_BxLxL: jax.Array) -> jax.Array:
+  """[batch, heads, length_q, length_k]: table[b, h, i, index[b, i, j]] (exact: a gather)."""
+  return _gather_rows(table_BxHxLxR, index_BxLxL)
+
+
+def scatter_relative(values_BxHxLxL: jax.Array, index_BxLxL: jax.Array,
+                     num_relative: int) -> jax.Array:
+  """float32 [batch, heads, length_q, num_relative]: sum_j values[b, h, i, j] [index[b, i, j] == r],
+  the transpose of ``gather_relative`` (summed in float32)."""
+  batch, heads, length, _ = values_BxHxLxL.shape
+  zeros = jax.ShapeDtypeStruct((batch, heads, length, num_relative), jnp.float32)
+  transpose = jax.linear_transpose(lambda t: gather_relative(t, index_BxLxL), zeros)
+  return transpose(values_BxHxLxL.astype(jnp.float32))[0]
 
 
 class LayerHooks(nnx.Module):
@@ -258,19 +296,22 @@ class ShawHooks(LayerHooks):
     self.mixes_values = cfg.shaw_values
 
   def bias(self, q_BxLxHxD: jax.Array, ctx: PositionContext) -> jax.Array:
-    """q_i . a^K_(j-i) / sqrt(head_dim) (eq. 4), as two einsums through the one-hot distances."""
+    """q_i . a^K_(j-i) / sqrt(head_dim) (eq. 4): q_i . a^K_r for the 2k+1 distances r, then a
+    gather of each pair's r."""
     table_RxD = self.key_table[...].astype(q_BxLxHxD.dtype)
     qa_BxHxLxR = jnp.einsum('blhd,rd->bhlr', q_BxLxHxD, table_RxD,
                             preferred_element_type=jnp.float32)
-    bias_BxHxLxL = jnp.einsum('bhlr,blmr->bhlm', qa_BxHxLxR, ctx.relative,
-                              preferred_element_type=jnp.float32)
+    bias_BxHxLxL = gather_relative(qa_BxHxLxR, ctx.relative)
     return bias_BxHxLxL / math.sqrt(q_BxLxHxD.shape[-1])
 
   def value_term(self, probs_BxHxLxL: jax.Array, ctx: PositionContext) -> jax.Array | None:
-    """sum_j p_ij a^V_(j-i) (eq. 3), in the probabilities' dtype."""
+    """sum_j p_ij a^V_(j-i) (eq. 3), in the probabilities' dtype: the probability mass at each
+    clipped distance (summed in float32), times a^V."""
     if self.value_table is None:
       return None
-    mass_BxHxLxR = jnp.einsum('bhlm,blmr->bhlr', probs_BxHxLxL, ctx.relative)
+    num_relative = self.value_table.shape[0]
+    mass_BxHxLxR = scatter_relative(probs_BxHxLxL, ctx.relative,
+                                    num_relative).astype(probs_BxHxLxL.dtype)
     return jnp.einsum('bhlr,rd->blhd', mass_BxHxLxR,
                       self.value_table[...].astype(probs_BxHxLxL.dtype))
 
@@ -279,8 +320,9 @@ class ShawHooks(LayerHooks):
 class Shaw(PositionScheme):
   """Relative position representations on keys (and values), clipped at +-k, per layer.
 
-  Gather-free: distances become a one-hot [batch, length, length, 2k+1] once per forward pass
-  (O(batch length^2 k) memory), and each layer contracts it with its tables.
+  The clipped distances [batch, length, length] are computed once per forward pass; each layer
+  forms q_i . a^K_r for the 2k+1 distances r (O(batch length k) work) and gathers each pair's
+  term (and, with values, sums the probabilities per distance: the transposed gather).
   """
 
   paper = ('Shaw, Uszkoreit and Vaswani (2018), "Self-Attention with Relative Position '
@@ -299,9 +341,7 @@ class Shaw(PositionScheme):
 
   def prepare(self, positions_BxL: jax.Array) -> PositionContext:
     k = self.cfg.shaw_max_distance
-    clipped_BxLxL = jnp.clip(relative_positions(positions_BxL), -k, k) + k
-    return PositionContext(
-        relative=jax.nn.one_hot(clipped_BxLxL, 2 * k + 1, dtype=self.cfg.compute_dtype))
+    return PositionContext(relative=jnp.clip(relative_positions(positions_BxL), -k, k) + k)
 
   def layer_hooks(self, *, rngs: nnx.Rngs) -> LayerHooks:
     return ShawHooks(self.cfg, rngs=rngs)

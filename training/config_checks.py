@@ -20,34 +20,102 @@ CONFIG_FILE = 'config.json'
 RESUMABLE_FIELDS = ('train.num_steps', 'train.eval_every', 'train.log_every',
                     'train.checkpoint_every', 'train.keep_checkpoints', 'train.eval_batch_size',
                     'train.compilation_cache_dir', 'train.skip_nonfinite', 'data.data_dir',
-                    'data.prefetch', 'mesh.data', 'mesh.fsdp', 'mesh.tensor')
+                    'data.prefetch', 'mesh.data', 'mesh.fsdp', 'mesh.tensor', 'mesh.dcn_data',
+                    'mesh.dcn_fsdp', 'mesh.dcn_tensor', 'mesh.rules')
 
 
 def validate_config(config: ml_collections.ConfigDict) -> None:
-  """Checks the training fields, with messages that name the field and the fix."""
+  """Checks the config before any data is read, with messages that name the field and the fix.
+
+  The training and optimizer fields, the model and rope fields (``models.ModelConfig``:
+  position scheme, attention kind, sizes, rotary options), then the dataset and tokenizer names
+  (which import the data pipeline, TensorFlow, so the checks before take a second or two).
+  """
+  _check_training_fields(config)
+  _check_model_fields(config)
+  _check_data_names(config)  # last: it imports the data pipeline (TensorFlow)
+
+
+def _check_model_fields(config: ml_collections.ConfigDict) -> None:
+  """The model fields (sizes, position scheme, attention, rope), before any data is read."""
+  d = config.data
+  model_config = models.ModelConfig.from_config(config, vocab_size=2, num_classes=2)
+  if model_config.position == 'learned' and model_config.max_length < d.max_length:
+    raise ValueError(f'model.max_length={model_config.max_length} is shorter than '
+                     f'data.max_length={d.max_length}: model.position=learned has no embedding '
+                     'for the later positions. Raise model.max_length (or leave it unset).')
+
+
+def validate_run_fields(config: ml_collections.ConfigDict) -> None:
+  """Checks the train, optim and data fields (what an ablation shares by all its runs)."""
+  _check_training_fields(config)
+  _check_data_names(config)
+
+
+def _check_training_fields(config: ml_collections.ConfigDict) -> None:
   t, o = config.train, config.optim
   for name in ('num_steps', 'batch_size', 'eval_batch_size', 'eval_every', 'log_every',
                'checkpoint_every', 'keep_checkpoints', 'num_seeds'):
     if t[name] <= 0:
-      raise ValueError(f'train.{name} must be > 0, got {t[name]}.')
+      raise ValueError(f'train.{name} must be > 0, got {t[name]}: pass a positive integer, '
+                       f'e.g. --config.train.{name}={max(1, abs(t[name]) or 1)}.')
   if config.data.max_length <= 1:
-    raise ValueError(f'data.max_length must be > 1 ([CLS] plus text), got '
-                     f'{config.data.max_length}.')
+    raise ValueError(f'data.max_length must be > 1 ([CLS] plus at least one token), got '
+                     f'{config.data.max_length}: pass e.g. --config.data.max_length=64.')
   if o.learning_rate < 0:
-    raise ValueError(f'optim.learning_rate must be >= 0, got {o.learning_rate}.')
+    raise ValueError(f'optim.learning_rate must be >= 0, got {o.learning_rate}: pass the peak '
+                     'learning rate as a positive number, e.g. --config.optim.learning_rate=1e-3.')
   if o.grad_accum_steps <= 0 or t.num_steps % o.grad_accum_steps:
     raise ValueError(f'train.num_steps={t.num_steps} must be a positive multiple of '
-                     f'optim.grad_accum_steps={o.grad_accum_steps}.')
+                     f'optim.grad_accum_steps={o.grad_accum_steps}; change one of them.')
   if o.warmup_steps < 0 or o.warmup_steps > t.num_steps // o.grad_accum_steps:
     raise ValueError(f'optim.warmup_steps={o.warmup_steps} must be between 0 and the number of '
                      f'optimizer updates ({t.num_steps // o.grad_accum_steps}); shorten the '
                      'warmup or train longer.')
 
 
+def _check_data_names(config: ml_collections.ConfigDict) -> None:
+  d = config.data
+  import data as data_lib  # pylint: disable=g-import-not-at-top  (TensorFlow: only when needed)
+  if d.name not in data_lib.DATASET_NAMES:
+    raise ValueError(f'data.name={d.name!r} is not a known dataset; valid: '
+                     f'{", ".join(data_lib.DATASET_NAMES)}.')
+  if d.tokenizer not in data_lib.TOKENIZERS:
+    raise ValueError(f'data.tokenizer={d.tokenizer!r} is not valid; valid choices: '
+                     f'{", ".join(data_lib.TOKENIZERS)}.')
+
+
+def check_before_start(config: ml_collections.ConfigDict, workdir: str) -> None:
+  """Everything train.py can check in a second or two, before TensorFlow is imported and before
+  the workdir is touched: the training, optimizer and model fields, the mesh against the devices,
+  the batch sizes against the mesh, a workdir holding another run; then the dataset and tokenizer
+  names (which import the data pipeline)."""
+  _check_training_fields(config)
+  _check_model_fields(config)
+  check_devices(config)
+  check_resume_compatible(config, os.path.abspath(os.path.expanduser(workdir)))
+  _check_data_names(config)
+
+
+def check_devices(config: ml_collections.ConfigDict) -> None:
+  """Checks the mesh against the devices and the batch sizes against the mesh, before any data
+  is read (``Experiment`` checks the same on the devices it is given)."""
+  import math  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  from training import partitioning  # pylint: disable=g-import-not-at-top
+  mesh = partitioning.make_mesh(config.mesh)
+  dp, processes = partitioning.data_parallel_size(mesh), jax.process_count()
+  for name in ('batch_size', 'eval_batch_size'):
+    size = config.train[name]
+    if size % dp or size % processes:
+      raise ValueError(f'train.{name}={size} is not divisible by the {dp} data-parallel '
+                       f'devices and {processes} processes; use a multiple of '
+                       f'{math.lcm(dp, processes)}.')
+
+
 def check_config_applicable(config: ml_collections.ConfigDict) -> None:
   """Raises ValueError if the model options do not fit together (before any data is read)."""
   validate_config(config)
-  models.ModelConfig.from_config(config, vocab_size=2, num_classes=2)
 
 
 def _flatten(d: dict, prefix: str = '') -> dict[str, Any]:
@@ -65,8 +133,7 @@ def check_resume_compatible(config: ml_collections.ConfigDict, workdir: str) -> 
   path = os.path.join(workdir, CONFIG_FILE)
   if not os.path.exists(path):
     return
-  with open(path) as f:
-    saved = _flatten(json.load(f))
+  saved = _flatten(_read_json(path))
   current = _flatten(json.loads(config.to_json_best_effort()))
   differing = sorted(k for k in set(saved) | set(current)
                      if k not in RESUMABLE_FIELDS and saved.get(k) != current.get(k))
@@ -79,9 +146,25 @@ def check_resume_compatible(config: ml_collections.ConfigDict, workdir: str) -> 
 
 def load_config(workdir: str) -> ml_collections.ConfigDict:
   """The resolved config saved by ``train_and_evaluate`` in a workdir."""
+  if not os.path.isdir(workdir):
+    raise FileNotFoundError(f'The workdir {workdir!r} does not exist: pass the --workdir of a '
+                            'train.py run.')
   path = os.path.join(workdir, CONFIG_FILE)
   if not os.path.exists(path):
-    raise FileNotFoundError(f'No {CONFIG_FILE} in {workdir!r}: is this the --workdir of a '
-                            'train.py run?')
-  with open(path) as f:
-    return ml_collections.ConfigDict(json.load(f))
+    raise FileNotFoundError(f'No {CONFIG_FILE} in {workdir!r}, so it is not the workdir of a '
+                            'train.py run (or that run did not get past its start): pass the '
+                            '--workdir given to train.py.')
+  return ml_collections.ConfigDict(_read_json(path))
+
+
+def _read_json(path: str) -> dict[str, Any]:
+  try:
+    with open(path) as f:
+      content = json.load(f)
+    if not isinstance(content, dict):
+      raise ValueError('not a JSON object')
+  except (OSError, ValueError) as e:
+    raise ValueError(f'{path} is unreadable ({type(e).__name__}: {e}); it holds the config of the '
+                     'run in this workdir. Restore it (train.py writes it at the start of a run), '
+                     'or use a new --workdir.') from None
+  return content

@@ -22,12 +22,32 @@ METRICS_FILE = 'metrics.jsonl'
 
 
 def read_metrics(workdir: str) -> list[dict[str, Any]]:
-  """All records of a workdir's metrics.jsonl (empty if none)."""
+  """All records of a workdir's metrics.jsonl (empty if none).
+
+  A last line cut short (a run killed while appending) is ignored: its step is after the
+  checkpoint the run resumes from, so it is written again. A garbled line elsewhere raises
+  ValueError naming it.
+  """
   path = os.path.join(workdir, METRICS_FILE)
   if not os.path.exists(path):
     return []
-  with open(path) as f:
-    return [json.loads(line) for line in f if line.strip()]
+  with open(path, 'rb') as f:
+    lines = f.read().split(b'\n')
+  records = []
+  for number, line in enumerate(lines, start=1):
+    if not line.strip():
+      continue
+    try:
+      record = json.loads(line)
+      if not isinstance(record, dict) or 'step' not in record:
+        raise ValueError('not a metrics record')
+    except ValueError as e:
+      if number == len(lines):  # no newline after it: an interrupted append
+        break
+      raise ValueError(f'{path}, line {number}, is garbled ({e}). Delete that line (or the file, '
+                       'losing the metrics history) and rerun.') from None
+    records.append(record)
+  return records
 
 
 class MetricWriter:

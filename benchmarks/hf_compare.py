@@ -1,0 +1,175 @@
+"""This project's RoFormer vs Hugging Face ``FlaxRoFormerForSequenceClassification``, side by side.
+
+  python benchmarks/hf_compare.py [--size=small] [--lengths=128,256,512,1024,2048]
+                                  [--tokens=2048] [--rounds=5]
+
+Both models are randomly initialised with the same sizes (hidden, layers, heads, MLP, vocabulary
+260, 2 token types, interleaved rotary, exact GELU, post-LN, dropout 0.1 on hidden states, none on
+attention probabilities), take the same batch (all real tokens) and the same optax AdamW
+(``training.optim.make_optimizer``, the default config) and loss. Ours is the project's train
+step (``training.steps.make_step_fns``); Hugging Face's is the same step body around
+``model(input_ids, attention_mask, params=..., dropout_rng=..., train=True)`` (how the
+transformers Flax examples train). At each length the batch is ``--tokens / length`` examples
+(at least 1). Times are medians of round-robin rounds (ours, HF, ours, HF, ...); memory is XLA's
+compiled estimate (arguments + outputs + temporaries - donated), per train step.
+
+Goal: ours >= 1.3x faster per train step at 512, and never slower at any length.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault('USE_TF', '0')  # transformers would import TensorFlow (~20 s)
+os.environ.setdefault('USE_TORCH', '0')  # nor torch: only the Flax model is used
+
+import jax  # pylint: disable=g-import-not-at-top
+import jax.numpy as jnp
+import numpy as np
+from absl import app, flags
+
+from benchmarks import common
+
+flags.DEFINE_string('size', 'small', 'Model preset (tiny, small, base).')
+flags.DEFINE_list('lengths', ['128', '256', '512', '1024', '2048'], 'Sequence lengths.')
+flags.DEFINE_integer('tokens', 2048, 'Tokens per batch (batch size = tokens / length, >= 1).')
+flags.DEFINE_integer('rounds', 5, 'Round-robin rounds per measurement.')
+flags.DEFINE_string('json', None, 'Write the figures here (for run_all.py).')
+FLAGS = flags.FLAGS
+
+SPEEDUP_GOAL = 1.3
+GOAL_LENGTH = 512
+
+
+def hf_model(cfg, max_length: int):
+  """A randomly initialised FlaxRoFormerForSequenceClassification matching ``cfg``."""
+  import transformers  # pylint: disable=g-import-not-at-top
+  hf_config = transformers.RoFormerConfig(
+      vocab_size=cfg.vocab_size, embedding_size=cfg.embedding_size, hidden_size=cfg.hidden_size,
+      num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
+      intermediate_size=cfg.mlp_dim, hidden_act='gelu', hidden_dropout_prob=cfg.dropout_rate,
+      attention_probs_dropout_prob=cfg.attention_dropout_rate,
+      max_position_embeddings=max_length, type_vocab_size=max(cfg.type_vocab_size, 1),
+      initializer_range=cfg.init_std, layer_norm_eps=cfg.layer_norm_eps, rotary_value=False,
+      num_labels=cfg.num_classes)
+  return transformers.FlaxRoFormerForSequenceClassification(hf_config, seed=0)
+
+
+def hf_steps(model, tx, schedule):
+  """HF train and eval steps with exactly the body of ``training.steps.make_step_fns``."""
+  import optax  # pylint: disable=g-import-not-at-top
+  from training import steps  # pylint: disable=g-import-not-at-top
+
+  def logits_fn(params, batch, dropout_key):
+    mask = (batch['inputs'] != 0).astype(jnp.int32)
+    return model(batch['inputs'], attention_mask=mask, params=params, dropout_rng=dropout_key,
+                 train=dropout_key is not None).logits
+
+  def train_step(state, batch):
+    dropout_key = jax.random.fold_in(state.key, state.step)
+
+    def loss_fn(params):
+      return steps.loss_and_metrics(logits_fn(params, batch, dropout_key), batch)
+
+    (loss, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    grad_norm = optax.global_norm(grads)
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+    new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
+    metrics = dict(sums, grad_norm=grad_norm, finite=finite,
+                   learning_rate=schedule(state.step), skipped=state.skipped)
+    return new_state, metrics
+
+  def eval_step(params, batch):
+    return steps.loss_and_metrics(logits_fn(params, batch, None), batch)[1]
+
+  return train_step, eval_step
+
+
+def build_hf(cfg, c, batch, max_length: int):
+  """(train Step, forward Step) of the HF model."""
+  from training import optim  # pylint: disable=g-import-not-at-top
+  from training import steps  # pylint: disable=g-import-not-at-top
+  model = hf_model(cfg, max_length)
+  tx, schedule = optim.make_optimizer(c.optim, c.train.num_steps)
+  train_step, eval_step = hf_steps(model, tx, schedule)
+  params = jax.tree.map(jnp.asarray, model.params)
+  num_params = sum(int(x.size) for x in jax.tree.leaves(params))
+  state = steps.TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                           opt_state=tx.init(params),
+                           key=jax.random.split(jax.random.PRNGKey(0))[1],
+                           skipped=jnp.zeros((), jnp.int32))
+  fwd_params = jax.tree.map(jnp.copy, params)  # the train step donates (deletes) its state
+  fwd, fwd_s = common.compile_timed(jax.jit(eval_step), fwd_params, batch)
+  forward = common.Step('hf forward', fwd, (fwd_params, batch), fwd_s, common.memory_bytes(fwd),
+                        common.flops(fwd), num_params)
+  train, train_s = common.compile_timed(jax.jit(train_step, donate_argnums=0), state, batch)
+  trainer = common.Step('hf', train, (state, batch), train_s, common.memory_bytes(train),
+                        common.flops(train), num_params, carries_state=True)
+  return trainer, forward
+
+
+def main(_):
+  lengths = [int(x) for x in FLAGS.lengths]
+  rows, figures, speedups = [], [], {}
+  header = ['length', 'batch', 'ours ms/step', 'HF ms/step', 'train speed-up',
+            'ours fwd ms', 'HF fwd ms', 'fwd speed-up', 'ours peak mem', 'HF peak mem',
+            'params ours / HF']
+  for length in lengths:
+    batch_size = max(1, FLAGS.tokens // length)
+    batch = common.synthetic_batch(batch_size, length)
+    c = common.get_config(**{'model.size': FLAGS.size, 'model.position': 'rotary',
+                             'model.type_vocab_size': 2, 'data.max_length': length})
+    cfg = common.model_config(c)
+    ours = common.our_train_step(c, batch)
+    ours_fwd = common.our_forward(c, batch)
+    hf, hf_fwd = build_hf(cfg, c, batch, max(lengths))
+    print(f'length {length}: compiled (ours {ours.compile_s:.1f} s, HF {hf.compile_s:.1f} s)',
+          flush=True)
+    t = common.time_fns({'ours': ours.run, 'hf': hf.run, 'ours_fwd': ours_fwd.run,
+                         'hf_fwd': hf_fwd.run}, repeats=1, rounds=FLAGS.rounds)
+    train_x, fwd_x = t['hf'] / t['ours'], t['hf_fwd'] / t['ours_fwd']
+    speedups[length] = (train_x, fwd_x)
+    rows.append([length, batch_size, f'{t["ours"] * 1e3:.0f}', f'{t["hf"] * 1e3:.0f}',
+                 f'{train_x:.2f}x', f'{t["ours_fwd"] * 1e3:.0f}', f'{t["hf_fwd"] * 1e3:.0f}',
+                 f'{fwd_x:.2f}x', common.mib(ours.memory['peak']),
+                 common.mib(hf.memory['peak']), f'{ours.num_params:,} / {hf.num_params:,}'])
+    print(f'  train {train_x:.2f}x, forward {fwd_x:.2f}x', flush=True)
+    del ours, ours_fwd, hf, hf_fwd
+
+  print(f'machine: {common.machine()}')
+  print(f'{FLAGS.size} preset, rotary, float32, {FLAGS.tokens} tokens per batch; speed-up = HF '
+        f'time / our time (median of {FLAGS.rounds} round-robin rounds)')
+  common.print_table(header, rows)
+  if GOAL_LENGTH in speedups:
+    x = speedups[GOAL_LENGTH][0]
+    figures.append(common.figure(f'train step speed-up vs HF at length {GOAL_LENGTH}', x,
+                                 goal=f'>= {SPEEDUP_GOAL}x', met=x >= SPEEDUP_GOAL))
+  worst_len = min(speedups, key=lambda n: speedups[n][0])
+  worst = speedups[worst_len][0]
+  figures.append(common.figure('worst train speed-up vs HF over lengths', worst,
+                               goal='>= 1.0x (never slower)', met=worst >= 1.0,
+                               detail=f'at length {worst_len}'))
+  worst_fwd_len = min(speedups, key=lambda n: speedups[n][1])
+  figures.append(common.figure('worst forward speed-up vs HF over lengths',
+                               speedups[worst_fwd_len][1], goal='>= 1.0x (never slower)',
+                               met=speedups[worst_fwd_len][1] >= 1.0,
+                               detail=f'at length {worst_fwd_len}'))
+  geo = float(np.exp(np.mean([np.log(v[0]) for v in speedups.values()])))
+  figures.append(common.figure('train speed-up vs HF, geometric mean over lengths', geo,
+                               detail='reported'))
+  common.write_json(FLAGS.json, {
+      'title': 'This project vs Hugging Face FlaxRoFormerForSequenceClassification',
+      'setup': (f'`{FLAGS.size}` preset sizes in both, rotary (interleaved), float32, dropout '
+                f'0.1, {FLAGS.tokens} tokens per batch, same optax AdamW and loss; speed-up = HF '
+                f'time / our time, median of {FLAGS.rounds} round-robin rounds; peak memory is '
+                'XLA memory_analysis of the compiled train step (arguments + outputs + '
+                'temporaries - donated)'),
+      'figures': figures, 'header': header, 'rows': rows})
+
+
+if __name__ == '__main__':
+  app.run(main)
