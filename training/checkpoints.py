@@ -34,6 +34,7 @@ from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
+from absl import logging as absl_logging
 from orbax.checkpoint import checkpoint_managers as policies
 
 CHECKPOINT_DIR = 'checkpoints'
@@ -45,15 +46,25 @@ _SMALL_FILE = 1 << 20  # files up to this size are hashed even by the quick chec
 _STEP_NAME = re.compile(r'\d+')
 
 
-class _QuietUnrankedSaves(logging.Filter):
-  """Drops orbax's warning for every checkpoint saved without a validation accuracy (those are
-  simply not candidates for the best checkpoint)."""
+class _QuietOrbaxLogs(logging.Filter):
+  """Orbax's log noise, in quiet mode (verbosity WARNING, the entry points' default).
+
+  Drops its warning for every checkpoint saved without a validation accuracy (those are simply
+  not candidates for the best checkpoint), and strips the tracebacks its background threads log
+  when a save fails (the failure is raised as ``CheckpointSaveError`` and reported in one
+  paragraph); ``--verbosity=1`` keeps them.
+  """
 
   def filter(self, record: logging.LogRecord) -> bool:
-    return 'did not provide metrics' not in str(record.msg)
+    if 'did not provide metrics' in str(record.msg):
+      return False
+    if (record.exc_info and '/orbax/' in (record.pathname or '')
+        and absl_logging.get_verbosity() < absl_logging.INFO):
+      record.exc_info, record.exc_text = None, None
+    return True
 
 
-logging.getLogger('absl').addFilter(_QuietUnrankedSaves())
+logging.getLogger('absl').addFilter(_QuietOrbaxLogs())
 
 
 class CheckpointError(RuntimeError):
