@@ -21,8 +21,8 @@ import jax
 import numpy as np
 import pytest
 
-from configs import tiny
 from training import checkpoints, config_checks, metrics, trainer
+from test_training import tiny_config  # pylint: disable=g-bad-import-order
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -36,15 +36,6 @@ def no_network(monkeypatch):
 
   monkeypatch.setattr(socket.socket, 'connect', refuse)
   monkeypatch.setattr(socket, 'create_connection', refuse)
-
-
-def tiny_config(data_dir, **overrides):
-  c = tiny.get_config()
-  c.data.data_dir = data_dir
-  for key, value in overrides.items():
-    group, field = key.split('.')
-    c[group][field] = value
-  return c
 
 
 @pytest.fixture(scope='module', autouse=True)

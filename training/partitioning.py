@@ -114,6 +114,8 @@ def make_mesh(mesh_config: ml_collections.ConfigDict,
     try:
       array = mesh_utils.create_device_mesh(ici, devices, allow_split_physical_axes=True)
     except (ValueError, NotImplementedError, AssertionError):
+      # Devices without a known physical topology (e.g. a subset of TPU chips, or a device kind
+      # mesh_utils does not model): plain order, which is what it returns for CPU/GPU anyway.
       array = np.asarray(devices).reshape(ici)
   return Mesh(array, MESH_AXES)
 
