@@ -2,16 +2,15 @@
 
   python train.py --config=configs/default.py --workdir=/tmp/run --config.model.position=alibi
 
-Resumes automatically from the newest checkpoint in --workdir. A bad config or argument ends with
-status 2 and one paragraph naming the problem and the fix (``training/cli.py``); SIGTERM saves a
-checkpoint and exits 0.
+Resumes automatically from the newest checkpoint in --workdir. A bad config or flag ends with
+status 2 and one paragraph naming the problem and the fix (training/cli.py), within seconds and
+before the workdir is touched.
 """
 
 from absl import app
 from absl import flags
 from ml_collections import config_flags
 
-import training
 from training import cli
 from training import distributed
 
@@ -28,6 +27,9 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   distributed.initialize_from_flags()
+  from training import config_checks  # pylint: disable=g-import-not-at-top
+  config_checks.check_before_start(FLAGS.config, FLAGS.workdir)  # before TensorFlow is imported
+  import training  # pylint: disable=g-import-not-at-top
   training.setup_runtime(FLAGS.config, quiet=not FLAGS['verbosity'].present)
   training.train_and_evaluate(FLAGS.config, FLAGS.workdir)
 

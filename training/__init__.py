@@ -1,8 +1,20 @@
-"""Training library: ``train_and_evaluate(config, workdir)`` and what it is made of."""
+"""Training library: ``train_and_evaluate(config, workdir)`` and what it is made of.
 
-from training.config_checks import load_config
-from training.trainer import (Experiment, NonFiniteLossError, setup_runtime,
-                              train_and_evaluate)
+The names below are imported on first use, so that ``from training import cli`` (or
+``config_checks``) does not load TensorFlow: the entry points check their flags and config in
+seconds, before the data pipeline is imported.
+"""
 
-__all__ = ['Experiment', 'NonFiniteLossError', 'load_config', 'setup_runtime',
-           'train_and_evaluate']
+import importlib
+
+_LAZY = {'Experiment': 'training.trainer', 'NonFiniteLossError': 'training.trainer',
+         'setup_runtime': 'training.trainer', 'train_and_evaluate': 'training.trainer',
+         'load_config': 'training.config_checks'}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name):
+  if name in _LAZY:
+    return getattr(importlib.import_module(_LAZY[name]), name)
+  raise AttributeError(f'module {__name__!r} has no attribute {name!r}')

@@ -192,13 +192,14 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   """The run; ``stack`` closes the checkpointer (waiting for its saves) and writers on any exit."""
   config_checks.check_resume_compatible(config, workdir)
   exp = Experiment(config, workdir)
-  _write_json(os.path.join(workdir, config_checks.CONFIG_FILE),
-              json.loads(config.to_json_best_effort()))
   t = config.train
 
   ckpt = checkpoints.Checkpointer(workdir, t.keep_checkpoints)
   stack.callback(ckpt.close)
   start, state = ckpt.restore_latest(exp.abstract_with_shardings())
+  # Written once the workdir's checkpoints are accepted: a refused workdir is left as it was.
+  _write_json(os.path.join(workdir, config_checks.CONFIG_FILE),
+              json.loads(config.to_json_best_effort()))
   if start:
     metrics_lib.console(f'Resumed from step {start} in {workdir}.')
   else:
