@@ -40,6 +40,7 @@ flags.DEFINE_integer('batch_size', 32, 'Batch size.')
 flags.DEFINE_enum('dtype', 'bfloat16', ['bfloat16', 'float32'], 'Compute dtype.')
 flags.DEFINE_enum('attention', 'auto', ['auto', 'cudnn', 'xla'], 'dot_product_attention '
                   'implementation; auto = cudnn if it compiles here, else xla.')
+flags.DEFINE_bool('fused_qkv', False, 'model.fused_qkv: one matmul for Q, K and V.')
 flags.DEFINE_integer('steps', 20, 'Timed steps (after --warmup).')
 flags.DEFINE_integer('warmup', 3, 'Untimed steps after compilation.')
 flags.DEFINE_float('peak_tflops', None, 'Peak dense TFLOP/s of one device in --dtype '
@@ -99,7 +100,8 @@ def main(_):
   print(f'device: {device.device_kind} ({device.platform}), {jax.device_count()} device(s), '
         f'jax {jax.__version__}', flush=True)
   c = common.get_config(**{'model.size': size, 'model.position': 'rotary',
-                           'model.dtype': FLAGS.dtype, 'data.max_length': length})
+                           'model.dtype': FLAGS.dtype, 'model.fused_qkv': FLAGS.fused_qkv,
+                           'data.max_length': length})
   cfg = common.model_config(c)
   batch = jax.device_put(common.synthetic_batch(batch_size, length))
   wanted = {'auto': ['cudnn', 'xla'], 'cudnn': ['cudnn'], 'xla': ['xla']}[FLAGS.attention]
@@ -143,7 +145,8 @@ def main(_):
   rows = [
       ['preset', f'{size} ({step.num_params:,} params, {counted:,} outside embeddings)'],
       ['batch x length', f'{batch_size} x {length} ({tokens:,} tokens/step)'],
-      ['dtype / attention', f'{FLAGS.dtype} / {used}'],
+      ['dtype / attention', f'{FLAGS.dtype} / {used}'
+       f'{", fused QKV" if FLAGS.fused_qkv else ""}'],
       ['step time (median of %d)' % steps, f'{step_s * 1e3:.2f} ms '
        f'(min {min(times) * 1e3:.2f}, max {max(times) * 1e3:.2f})'],
       ['tokens/s', f'{tokens / step_s:,.0f}'],

@@ -53,6 +53,8 @@ BENCHMARKS = {
     'compile_time': ('compile_time.py', ['--repeats=1'], ['--sizes=tiny,small', '--repeats=1']),
     'rope_bench': ('rope_bench.py', [], ['--shape=2,128,4,64', '--layers=2', '--rounds=2']),
     'seeds_bench': ('seeds_bench.py', [], ['--batch_size=8', '--length=64', '--repeats=2']),
+    'profile_step': ('profile_step.py', ['--compare=none', '--top=0'],
+                     ['--size=tiny', '--length=64', '--steps=2', '--compare=none', '--top=0']),
     'accelerator_smoke': ('accelerator.py', ['--smoke'], ['--smoke']),
 }
 
@@ -130,8 +132,10 @@ def render(results: dict, quick: bool, total_s: float | None) -> str:
       f'Machine: {machine}, {common.gib(common.mem_total_bytes())} RAM.',
       f'Versions: {versions}.',
       '',
-      'Other processes shared the 2 CPU cores during these runs; ratios measured side by side '
-      'mostly cancel that, absolute times do not.',
+      'Ratios are measured side by side in one process, so load from other processes on the '
+      'shared 2-core machine mostly cancels; absolute times do not. `profile_step` shows where '
+      'a step\'s time goes (`python benchmarks/profile_step.py --compare=none` also writes the '
+      'HLO and a trace for TensorBoard/Perfetto).',
       '',
       '## Summary',
       '',

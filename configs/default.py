@@ -37,6 +37,7 @@ def get_config() -> ml_collections.ConfigDict:
   m.max_length = config_dict.placeholder(int)  # Positions `learned` embeddings cover (None = data.max_length); longer raises.
   m.dtype = 'float32'  # Compute dtype: 'float32' or 'bfloat16' (parameters stay float32).
   m.remat = False  # Rematerialise each layer (jax.checkpoint) to save memory.
+  m.fused_qkv = False  # One [embed, 3, heads, head_dim] matmul for Q, K, V (same parameters); slower on CPU, try it on GPU/TPU.
   m.shaw_max_distance = 16  # Shaw et al. (2018): relative distances clipped at +-k.
   m.shaw_values = False  # Shaw: also add relative representations to values.
   m.t5_num_buckets = 32  # T5 bias: number of buckets (bidirectional: half per direction).

@@ -130,6 +130,7 @@ class SelfAttention(nnx.Module):
     self.dropout = nnx.Dropout(cfg.attention_dropout_rate, deterministic=cfg.deterministic)
     self.kind = cfg.attention
     self.feature_map = cfg.linear_feature_map
+    self.fused_qkv = cfg.fused_qkv
     self.explicit_probabilities = positions.mixes_values or (
         cfg.attention_dropout_rate > 0 and not cfg.deterministic)
 
@@ -153,34 +154,70 @@ class SelfAttention(nnx.Module):
       ctx_q = ctx.first_queries(num_queries)
     else:
       ctx_q = ctx
-    q_BxLxHxD = sharding.constrain(self.query(x_q_BxQxE), _HEADS)
-    k_BxLxHxD = sharding.constrain(self.key(x_BxLxE), _HEADS)
-    v_BxLxHxD = sharding.constrain(self.value(x_BxLxE), _HEADS)
-    v_BxLxHxD = self.positions.rotate(v_BxLxHxD, ctx, 'value')
-    if self.kind == 'linear':
-      out_BxLxHxD = rope.linear_attention(
-          q_BxLxHxD, k_BxLxHxD, v_BxLxHxD, mask=mask_BxL, rotary=self.positions.rotary,
-          tables=ctx.rotary_tables, feature_map=self.feature_map)
-    else:
-      q_BxLxHxD = self.positions.rotate(q_BxLxHxD, ctx_q, 'query')
-      k_BxLxHxD = self.positions.rotate(k_BxLxHxD, ctx, 'key')
-      bias = self.positions.bias(q_BxLxHxD, ctx_q)
-      mask_Bx1x1xL = mask_BxL[:, None, None, :]
-      if self.explicit_probabilities:
-        out_BxLxHxD = self._attend_explicitly(q_BxLxHxD, k_BxLxHxD, v_BxLxHxD, bias,
-                                              mask_Bx1x1xL, ctx_q, rngs)
+    with jax.named_scope('qkv_projection'):
+      if self.fused_qkv:
+        q_BxLxHxD, k_BxLxHxD, v_BxLxHxD = self._project(x_BxLxE, num_queries)
       else:
-        implementation = _implementation.get()
-        if implementation is None and jax.default_backend() == 'cpu':
-          implementation = 'explicit'
-        if implementation == 'explicit':
-          out_BxLxHxD = softmax_attention(q_BxLxHxD, k_BxLxHxD, v_BxLxHxD, bias, mask_Bx1x1xL)
+        q_BxLxHxD = self.query(x_q_BxQxE)
+        k_BxLxHxD = self.key(x_BxLxE)
+        v_BxLxHxD = self.value(x_BxLxE)
+    q_BxLxHxD = sharding.constrain(q_BxLxHxD, _HEADS)
+    k_BxLxHxD = sharding.constrain(k_BxLxHxD, _HEADS)
+    v_BxLxHxD = sharding.constrain(v_BxLxHxD, _HEADS)
+    with jax.named_scope('positions'):
+      v_BxLxHxD = self.positions.rotate(v_BxLxHxD, ctx, 'value')
+    if self.kind == 'linear':
+      with jax.named_scope('linear_attention'):
+        out_BxLxHxD = rope.linear_attention(
+            q_BxLxHxD, k_BxLxHxD, v_BxLxHxD, mask=mask_BxL, rotary=self.positions.rotary,
+            tables=ctx.rotary_tables, feature_map=self.feature_map)
+    else:
+      with jax.named_scope('positions'):
+        q_BxLxHxD = self.positions.rotate(q_BxLxHxD, ctx_q, 'query')
+        k_BxLxHxD = self.positions.rotate(k_BxLxHxD, ctx, 'key')
+        bias = self.positions.bias(q_BxLxHxD, ctx_q)
+      mask_Bx1x1xL = mask_BxL[:, None, None, :]
+      with jax.named_scope('softmax_attention'):
+        if self.explicit_probabilities:
+          out_BxLxHxD = self._attend_explicitly(q_BxLxHxD, k_BxLxHxD, v_BxLxHxD, bias,
+                                                mask_Bx1x1xL, ctx_q, rngs)
         else:
-          out_BxLxHxD = jax.nn.dot_product_attention(
-              q_BxLxHxD, k_BxLxHxD, v_BxLxHxD, bias=bias, mask=mask_Bx1x1xL,
-              implementation=implementation)
+          implementation = _implementation.get()
+          if implementation is None and jax.default_backend() == 'cpu':
+            implementation = 'explicit'
+          if implementation == 'explicit':
+            out_BxLxHxD = softmax_attention(q_BxLxHxD, k_BxLxHxD, v_BxLxHxD, bias, mask_Bx1x1xL)
+          else:
+            out_BxLxHxD = jax.nn.dot_product_attention(
+                q_BxLxHxD, k_BxLxHxD, v_BxLxHxD, bias=bias, mask=mask_Bx1x1xL,
+                implementation=implementation)
     out_BxLxHxD = sharding.constrain(out_BxLxHxD, _HEADS)
-    return self.output(out_BxLxHxD)
+    with jax.named_scope('output_projection'):
+      return self.output(out_BxLxHxD)
+
+  def _project(self, x_BxLxE: jax.Array, num_queries: int | None
+                ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The query, key and value projections as one matmul (``model.fused_qkv``).
+
+    Off by default: on the 2-core CPU it was measured 3-5% slower per train step (`small`,
+    length 512; three [embed, embed] matmuls beat one [embed, 3 embed] there); on accelerators
+    one larger matmul usually wins (``benchmarks/gpu.sh`` times both). The three kernels stay separate parameters (Hugging Face's layout, so checkpoints convert
+    one to one); they are stacked here, inside the step, into one [embed, n, heads, head_dim]
+    kernel, so the inputs are read once and the backward pass forms one input gradient instead
+    of three. With ``num_queries`` the query is projected from those rows only and keys/values
+    are fused.
+    """
+    dtype = self.query.dtype
+    projections = (self.key, self.value) if num_queries is not None else (
+        self.query, self.key, self.value)
+    kernel_ExNxHxD = jnp.stack([p.kernel[...] for p in projections], axis=1).astype(dtype)
+    bias_NxHxD = jnp.stack([p.bias[...] for p in projections]).astype(dtype)
+    out_BxLxNxHxD = jnp.einsum('BLE,ENHD->BLNHD', x_BxLxE.astype(dtype), kernel_ExNxHxD,
+                               precision=self.query.precision) + bias_NxHxD
+    outs = [out_BxLxNxHxD[:, :, i] for i in range(len(projections))]
+    if num_queries is not None:
+      outs.insert(0, self.query(x_BxLxE[:, :num_queries]))
+    return tuple(outs)
 
   def _attend_explicitly(self, q_BxLxHxD: jax.Array, k_BxLxHxD: jax.Array,
                          v_BxLxHxD: jax.Array, bias: jax.Array | None, mask_Bx1x1xL: jax.Array,

@@ -119,6 +119,7 @@ class ModelConfig:
     max_length: longest sequence the 'learned' scheme supports.
     dtype: compute dtype name, 'float32' or 'bfloat16' (parameters are float32).
     remat: rematerialise each encoder layer.
+    fused_qkv: compute the query, key and value projections as one matmul (same parameters).
     shaw_max_distance, shaw_values: Shaw et al. (2018) options.
     t5_num_buckets, t5_max_distance: T5 relative-bias options.
     linear_feature_map: linear-attention feature map, 'elu+1' or 'relu'.
@@ -145,6 +146,7 @@ class ModelConfig:
   max_length: int = 512
   dtype: str = 'float32'
   remat: bool = False
+  fused_qkv: bool = False
   shaw_max_distance: int = 16
   shaw_values: bool = False
   t5_num_buckets: int = 32
@@ -231,7 +233,7 @@ class ModelConfig:
         attention_dropout_rate=m.attention_dropout_rate, norm=m.norm,
         layer_norm_eps=m.layer_norm_eps, init_std=m.init_std, pooling=m.pooling, type_vocab_size=m.type_vocab_size,
         max_length=config.data.max_length if m.max_length is None else m.max_length,
-        dtype=m.dtype, remat=m.remat,
+        dtype=m.dtype, remat=m.remat, fused_qkv=m.fused_qkv,
         shaw_max_distance=m.shaw_max_distance, shaw_values=m.shaw_values,
         t5_num_buckets=m.t5_num_buckets, t5_max_distance=m.t5_max_distance,
         linear_feature_map=m.linear_feature_map, rope=rope_config)

@@ -43,15 +43,31 @@ def _dense(cfg: ModelConfig, features_in: int, features_out: int,
                     bias_metadata=sharding.param_metadata(names[1:]), rngs=rngs)
 
 
+class LayerNorm(nnx.LayerNorm):
+  """``nnx.LayerNorm`` under the ``layer_norm`` name scope (profiles attribute its ops)."""
+
+  def __call__(self, x: jax.Array, *args, **kwargs) -> jax.Array:
+    with jax.named_scope('layer_norm'):
+      return super().__call__(x, *args, **kwargs)
+
+
+class Dropout(nnx.Dropout):
+  """``nnx.Dropout`` under the ``dropout`` name scope (profiles attribute its ops)."""
+
+  def __call__(self, x: jax.Array, *args, **kwargs) -> jax.Array:
+    with jax.named_scope('dropout'):
+      return super().__call__(x, *args, **kwargs)
+
+
 def _layer_norm(cfg: ModelConfig, features: int, *, rngs: nnx.Rngs) -> nnx.LayerNorm:
-  return nnx.LayerNorm(features, epsilon=cfg.layer_norm_eps, dtype=cfg.compute_dtype,
+  return LayerNorm(features, epsilon=cfg.layer_norm_eps, dtype=cfg.compute_dtype,
                        use_fast_variance=False,
                        scale_metadata=sharding.param_metadata((sharding.EMBED,)),
                        bias_metadata=sharding.param_metadata((sharding.EMBED,)), rngs=rngs)
 
 
 def _dropout(cfg: ModelConfig) -> nnx.Dropout:
-  return nnx.Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)
+  return Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)
 
 
 class Embeddings(nnx.Module):
@@ -96,11 +112,13 @@ class EncoderLayer(nnx.Module):
     self.dropout = _dropout(cfg)
     self.pre_norm = cfg.norm == 'pre'
 
+  @jax.named_scope('feed_forward')
   def _feed_forward(self, x_BxLxE: jax.Array) -> jax.Array:
     h_BxLxM = jax.nn.gelu(self.intermediate(x_BxLxE), approximate=False)
     h_BxLxM = sharding.constrain(h_BxLxM, (sharding.BATCH, sharding.LENGTH, sharding.MLP))
     return self.output(h_BxLxM)
 
+  @jax.named_scope('dropout')
   def _dropout_rows(self, y_BxQxE: jax.Array, full_shape: tuple[int, ...],
                     rngs: nnx.Rngs | None) -> jax.Array:
     """``self.dropout`` of the first Q rows of a [batch, length, hidden] tensor: the same key and
@@ -255,12 +273,14 @@ class Classifier(nnx.Module):
     0 only), bool mask [batch, length])."""
     self._check_inputs(inputs_BxL, positions_BxL, mask_BxL, token_type_ids_BxL, rngs)
     mask_BxL = inputs_BxL != PAD_ID if mask_BxL is None else mask_BxL.astype(bool)
-    x_BxLxE = self.embeddings(inputs_BxL, positions_BxL, token_type_ids_BxL, self.positions,
-                              rngs=rngs)
+    with jax.named_scope('embeddings'):
+      x_BxLxE = self.embeddings(inputs_BxL, positions_BxL, token_type_ids_BxL, self.positions,
+                                rngs=rngs)
     if self.embeddings_project is not None:
       x_BxLxE = self.embeddings_project(x_BxLxE)
     x_BxLxE = sharding.constrain(x_BxLxE, _HIDDEN)
-    ctx = self.positions.prepare(positions_BxL)
+    with jax.named_scope('positions'):
+      ctx = self.positions.prepare(positions_BxL)
     apply_layer = _apply_layer_remat if self.cfg.remat else _apply_layer
     apply_last = apply_layer
     if cls_only:
@@ -299,8 +319,9 @@ class Classifier(nnx.Module):
       total_BxE = jnp.sum(x_BxLxE.astype(jnp.float32) * weights_BxLx1, axis=1)
       pooled_BxE = (total_BxE / jnp.maximum(jnp.sum(weights_BxLx1, axis=1), 1.0)).astype(
           x_BxLxE.dtype)
-    logits_BxC = self.head(sharding.constrain(pooled_BxE, (sharding.BATCH, sharding.EMBED)),
-                           rngs=rngs)
+    with jax.named_scope('head'):
+      logits_BxC = self.head(sharding.constrain(pooled_BxE, (sharding.BATCH, sharding.EMBED)),
+                             rngs=rngs)
     return sharding.constrain(logits_BxC, (sharding.BATCH, sharding.CLASSES))
 
 

@@ -43,3 +43,19 @@ def test_run_all_renders_results():
   text = run_all.render(results, quick=False, total_s=60.0)
   assert '| `scheme_cost` | rotary / none | 1.010x | <= 1.03 | **met** |' in text
   assert '**failed**' in text and 'Traceback ...' in text
+
+
+def test_profile_step_attributes_time_to_model_parts(tmp_path):
+  """The profiler script traces the train step and attributes op time to the model's named
+  scopes: rotary spends time in the position scheme, `none` spends none there."""
+  proc = subprocess.run(
+      [sys.executable, os.path.join('benchmarks', 'profile_step.py'), '--size=tiny',
+       '--length=32', '--batch_size=2', '--steps=1', '--compare=none', f'--out={tmp_path}'],
+      cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+  assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+  rows = {line.split('  ')[0]: line.split() for line in proc.stdout.splitlines()}
+  position = rows['position scheme (rope, bias, tables)']
+  assert float(position[-5]) > 0 and float(position[-4]) == 0  # rotary ms, none ms
+  for part in ('softmax attention', 'feed-forward', 'QKV projection', 'optimizer (AdamW, grad norm)'):
+    assert part in rows, proc.stdout
+  assert os.path.exists(tmp_path / 'rotary' / 'train_step.hlo.txt')

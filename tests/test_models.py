@@ -207,6 +207,24 @@ def test_remat_same_outputs_and_gradients():
   jax.tree.map(functools.partial(np.testing.assert_allclose, atol=1e-5), grads, grads_remat)
 
 
+@pytest.mark.parametrize('overrides', [
+    {'position': 'rotary'}, {'position': 'rotary', 'pooling': 'mean'},
+    {'position': 'shaw', 'shaw_values': True}, {'position': 'rotary', 'attention': 'linear'},
+], ids=lambda o: ','.join(f'{k}={v}' for k, v in o.items()))
+def test_fused_qkv_same_outputs_and_gradients(overrides):
+  """model.fused_qkv: one stacked matmul, the same parameters, the same logits and gradients
+  (CLS pooling computes the last layer's query from one row, keys and values fused)."""
+  cfg = make_cfg(deterministic=False, **overrides)
+  _, params = models.init(cfg, key_for(0))
+  fused = cfg.replace(fused_qkv=True)
+  assert jax.tree.structure(models.init(fused, key_for(0))[1]) == jax.tree.structure(params)
+  key = key_for(7)
+  loss, grads = loss_and_grads(cfg, params, key)
+  loss_fused, grads_fused = loss_and_grads(fused, params, key)
+  np.testing.assert_allclose(loss, loss_fused, rtol=1e-5)
+  jax.tree.map(functools.partial(np.testing.assert_allclose, atol=1e-5), grads, grads_fused)
+
+
 def test_jit_matches_eager():
   cfg = make_cfg(position='alibi', deterministic=False, num_layers=1)
   graphdef, params = models.init(cfg, key_for(0))

@@ -21,7 +21,8 @@ RESUMABLE_FIELDS = ('train.num_steps', 'train.eval_every', 'train.log_every',
                     'train.checkpoint_every', 'train.keep_checkpoints', 'train.eval_batch_size',
                     'train.compilation_cache_dir', 'train.skip_nonfinite', 'data.data_dir',
                     'data.prefetch', 'mesh.data', 'mesh.fsdp', 'mesh.tensor', 'mesh.dcn_data',
-                    'mesh.dcn_fsdp', 'mesh.dcn_tensor', 'mesh.rules')
+                    'mesh.dcn_fsdp', 'mesh.dcn_tensor', 'mesh.rules',
+                    'model.fused_qkv', 'model.remat')
 
 
 def validate_config(config: ml_collections.ConfigDict) -> None:

@@ -70,12 +70,14 @@ def make_step_fns(train_graphdef: nnx.GraphDef, eval_graphdef: nnx.GraphDef,
     def loss_fn(params):
       model = nnx.merge(train_graphdef, params)
       logits = model(inputs, positions, mask, rngs=nnx.Rngs(dropout=dropout_key))
-      return loss_and_metrics(logits, batch)
+      with jax.named_scope('loss'):
+        return loss_and_metrics(logits, batch)
 
     (loss, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
-    grad_norm = optax.global_norm(grads)
-    updates, opt_state = tx.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
+    with jax.named_scope('optimizer'):
+      grad_norm = optax.global_norm(grads)
+      updates, opt_state = tx.update(grads, state.opt_state, state.params)
+      params = optax.apply_updates(state.params, updates)
     finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
     skipped = state.skipped
     if skip_nonfinite:
