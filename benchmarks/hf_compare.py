@@ -129,10 +129,11 @@ def main(_):
     hf, hf_fwd = build_hf(cfg, c, batch, max(lengths))
     print(f'length {length}: compiled (ours {ours.compile_s:.1f} s, HF {hf.compile_s:.1f} s)',
           flush=True)
-    t = common.time_fns({'ours': ours.run, 'hf': hf.run, 'ours_fwd': ours_fwd.run,
-                         'hf_fwd': hf_fwd.run}, repeats=1, rounds=FLAGS.rounds)
+    samples = common.time_samples({'ours': ours.run, 'hf': hf.run, 'ours_fwd': ours_fwd.run,
+                                   'hf_fwd': hf_fwd.run}, repeats=1, rounds=FLAGS.rounds)
+    t = {k: float(np.median(v)) for k, v in samples.items()}
     train_x, fwd_x = t['hf'] / t['ours'], t['hf_fwd'] / t['ours_fwd']
-    speedups[length] = (train_x, fwd_x)
+    speedups[length] = (train_x, fwd_x, min(samples['hf']) / min(samples['ours']))
     rows.append([length, batch_size, f'{t["ours"] * 1e3:.0f}', f'{t["hf"] * 1e3:.0f}',
                  f'{train_x:.2f}x', f'{t["ours_fwd"] * 1e3:.0f}', f'{t["hf_fwd"] * 1e3:.0f}',
                  f'{fwd_x:.2f}x', common.mib(ours.memory['peak']),
@@ -147,7 +148,8 @@ def main(_):
   if GOAL_LENGTH in speedups:
     x = speedups[GOAL_LENGTH][0]
     figures.append(common.figure(f'train step speed-up vs HF at length {GOAL_LENGTH}', x,
-                                 goal=f'>= {SPEEDUP_GOAL}x', met=x >= SPEEDUP_GOAL))
+                                 goal=f'>= {SPEEDUP_GOAL}x', met=x >= SPEEDUP_GOAL,
+                                 detail=f'fastest / fastest {speedups[GOAL_LENGTH][2]:.2f}x'))
   worst_len = min(speedups, key=lambda n: speedups[n][0])
   worst = speedups[worst_len][0]
   figures.append(common.figure('worst train speed-up vs HF over lengths', worst,

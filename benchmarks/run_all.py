@@ -42,9 +42,9 @@ FLAGS = flags.FLAGS
 
 # name -> (script, full arguments, quick arguments)
 BENCHMARKS = {
-    'scheme_cost': ('scheme_cost.py', ['--rounds=9'],
+    'scheme_cost': ('scheme_cost.py', ['--rounds=21', '--repeats=2'],
                     ['--size=tiny', '--length=128', '--batch_size=8', '--rounds=3']),
-    'hf_compare': ('hf_compare.py', [],
+    'hf_compare': ('hf_compare.py', ['--rounds=11'],
                    ['--size=tiny', '--lengths=128,256', '--tokens=1024', '--rounds=3']),
     'input_pipeline': ('input_pipeline.py', [],
                        ['--lengths=128', '--batch_sizes=8', '--size=tiny', '--documents=200',

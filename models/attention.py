@@ -63,9 +63,10 @@ def dot_product_attention_implementation(name: str | None):
 def softmax_attention(q_BxLxHxD: jax.Array, k_BxLxHxD: jax.Array, v_BxLxHxD: jax.Array,
                       bias: jax.Array | None, mask: jax.Array | None) -> jax.Array:
   """softmax(q k^T / sqrt(head_dim) + bias, masked) v, as ``jax.nn.dot_product_attention``'s XLA
-  implementation computes it (same operations, order, dtypes and mask value), for queries and
-  keys with the same number of heads. Forward values equal the library's (bitwise for head_dim
-  64 in float32 and bfloat16 as measured; XLA's fused kernel may round differently by an ulp).
+  implementation computes it (same dtypes, softmax and mask value; the scale is applied to the
+  queries, see below), for queries and keys with the same number of heads. Forward values equal
+  the library's (bitwise for head_dim 64 in float32 and bfloat16 as measured; XLA's fused kernel
+  may round differently by an ulp).
 
   Args:
     q_BxLxHxD, k_BxLxHxD, v_BxLxHxD: [batch, length, heads, head_dim], one dtype.
@@ -80,10 +81,13 @@ def softmax_attention(q_BxLxHxD: jax.Array, k_BxLxHxD: jax.Array, v_BxLxHxD: jax
     precision = jax.lax.DotAlgorithmPreset.BF16_BF16_F32
   elif q_BxLxHxD.dtype == jnp.float16:
     precision = jax.lax.DotAlgorithmPreset.F16_F16_F32
+  # Queries are scaled before the dot (as Flax's and Hugging Face's attention do): XLA on CPU
+  # materialises a logit-shaped [batch, heads, L, L] broadcast of the scale for its fused
+  # dot kernel otherwise. Exact for power-of-two head_dim**0.5 (e.g. head_dim 64, 256); other
+  # head sizes round once in the queries instead of once in the logits.
+  q_BxLxHxD = q_BxLxHxD * jnp.asarray(1.0 / np.sqrt(q_BxLxHxD.shape[-1]), q_BxLxHxD.dtype)
   logits_BxHxLxL = jnp.einsum('BTNH,BSNH->BNTS', q_BxLxHxD, k_BxLxHxD, precision=precision,
                               preferred_element_type=logits_dtype)
-  logits_BxHxLxL = logits_BxHxLxL * jnp.array(1.0 / np.sqrt(q_BxLxHxD.shape[-1]),
-                                              dtype=logits_dtype)
   if bias is not None:
     logits_BxHxLxL = (logits_BxHxLxL + bias).astype(logits_dtype)
   if mask is not None:
