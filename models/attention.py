@@ -203,13 +203,13 @@ class SelfAttention(nnx.Module):
                 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """The query, key and value projections as one matmul (``model.fused_qkv``).
 
-    Off by default: on the 2-core CPU it was measured 3-5% slower per train step (`small`,
-    length 512; three [embed, embed] matmuls beat one [embed, 3 embed] there); on accelerators
-    one larger matmul usually wins (``benchmarks/gpu.sh`` times both). The three kernels stay separate parameters (Hugging Face's layout, so checkpoints convert
+    The three kernels stay separate parameters (Hugging Face's layout, so checkpoints convert
     one to one); they are stacked here, inside the step, into one [embed, n, heads, head_dim]
     kernel, so the inputs are read once and the backward pass forms one input gradient instead
     of three. With ``num_queries`` the query is projected from those rows only and keys/values
-    are fused.
+    are fused. Off by default: on the 2-core CPU it measured 3-5% slower per train step
+    (`small`, length 512; three [embed, embed] matmuls beat one [embed, 3 x embed] there); on
+    accelerators one larger matmul usually wins (``benchmarks/gpu.sh`` times both).
     """
     dtype = self.query.dtype
     projections = (self.key, self.value) if num_queries is not None else (

@@ -61,9 +61,9 @@ class Dropout(nnx.Dropout):
 
 def _layer_norm(cfg: ModelConfig, features: int, *, rngs: nnx.Rngs) -> nnx.LayerNorm:
   return LayerNorm(features, epsilon=cfg.layer_norm_eps, dtype=cfg.compute_dtype,
-                       use_fast_variance=False,
-                       scale_metadata=sharding.param_metadata((sharding.EMBED,)),
-                       bias_metadata=sharding.param_metadata((sharding.EMBED,)), rngs=rngs)
+                   use_fast_variance=False,
+                   scale_metadata=sharding.param_metadata((sharding.EMBED,)),
+                   bias_metadata=sharding.param_metadata((sharding.EMBED,)), rngs=rngs)
 
 
 def _dropout(cfg: ModelConfig) -> nnx.Dropout:
