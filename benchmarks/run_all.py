@@ -1,6 +1,6 @@
 """Runs every CPU benchmark and rewrites ``benchmarks/README.md`` with their figures.
 
-  python benchmarks/run_all.py                 # full sizes (~30 min on a shared 2-core CPU)
+  python benchmarks/run_all.py                 # full sizes (~20 min on a quiet 2-core CPU, ~30 shared)
   python benchmarks/run_all.py --quick         # small sizes (~10 min); writes to a temp file
   python benchmarks/run_all.py --only=scheme_cost,hf_compare   # rerun some, keep the others
 
@@ -122,7 +122,7 @@ def render(results: dict, quick: bool, total_s: float | None) -> str:
       'this file with',
       '',
       '```bash',
-      'python benchmarks/run_all.py            # all CPU benchmarks (~30 min here)',
+      'python benchmarks/run_all.py            # all CPU benchmarks (~20 min on a quiet 2-core CPU)',
       'python benchmarks/run_all.py --quick    # small sizes, writes to a temp file',
       'bash benchmarks/gpu.sh                  # on a GPU machine: base, bf16, cuDNN attention, MFU',
       '```',
