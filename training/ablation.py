@@ -100,7 +100,7 @@ def run_grid(config: ml_collections.ConfigDict, workdir: str, *, only: str = '',
     metrics_lib.console(f'[{len(cells) - len(todo) + i + 1}/{len(cells)}] {cell.name}')
     try:
       run_config = cell_config(config, cell)
-      config_checks.check_config_applicable(run_config)
+      config_checks.validate_config(run_config)
     except ValueError as e:  # e.g. a bias scheme with linear attention
       metrics_lib.console(f'  not applicable: {e}')
       os.makedirs(run_dir, exist_ok=True)

@@ -8,6 +8,7 @@ differing fields instead of failing later with a shape error.
 from __future__ import annotations
 
 import json
+import math
 import os
 from typing import Any
 
@@ -98,13 +99,12 @@ def check_before_start(config: ml_collections.ConfigDict, workdir: str) -> None:
   _check_data_names(config)
 
 
-def check_devices(config: ml_collections.ConfigDict) -> None:
-  """Checks the mesh against the devices and the batch sizes against the mesh, before any data
-  is read (``Experiment`` checks the same on the devices it is given)."""
-  import math  # pylint: disable=g-import-not-at-top
+def check_devices(config: ml_collections.ConfigDict, devices=None):
+  """Builds the mesh of ``config.mesh`` on ``devices`` (default: all) and checks the batch sizes
+  against it, before any data is read. Returns the mesh."""
   import jax  # pylint: disable=g-import-not-at-top
   from training import partitioning  # pylint: disable=g-import-not-at-top
-  mesh = partitioning.make_mesh(config.mesh)
+  mesh = partitioning.make_mesh(config.mesh, devices)
   dp, processes = partitioning.data_parallel_size(mesh), jax.process_count()
   for name in ('batch_size', 'eval_batch_size'):
     size = config.train[name]
@@ -112,11 +112,7 @@ def check_devices(config: ml_collections.ConfigDict) -> None:
       raise ValueError(f'train.{name}={size} is not divisible by the {dp} data-parallel '
                        f'devices and {processes} processes; use a multiple of '
                        f'{math.lcm(dp, processes)}.')
-
-
-def check_config_applicable(config: ml_collections.ConfigDict) -> None:
-  """Raises ValueError if the model options do not fit together (before any data is read)."""
-  validate_config(config)
+  return mesh
 
 
 def _flatten(d: dict, prefix: str = '') -> dict[str, Any]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import math
 import os
 import time
 from typing import Any, Iterable, Iterator, Sequence
@@ -64,14 +63,7 @@ class Experiment:
     self.info = data_lib.get_info(config.data, workdir=workdir)
     self.model_config = models.ModelConfig.from_config(
         config, vocab_size=self.info.vocab_size, num_classes=self.info.num_classes)
-    self.mesh = partitioning.make_mesh(config.mesh, devices)
-    dp = partitioning.data_parallel_size(self.mesh)
-    for name in ('batch_size', 'eval_batch_size'):
-      size = config.train[name]
-      if size % dp or size % jax.process_count():
-        raise ValueError(f'train.{name}={size} is not divisible by the {dp} data-parallel '
-                         f'devices and {jax.process_count()} processes; use a multiple of '
-                         f'{math.lcm(dp, jax.process_count())}.')
+    self.mesh = config_checks.check_devices(config, devices)
     self.seeds = [config.train.seed + i for i in range(config.train.num_seeds)]
     self.num_updates = config.train.num_steps // config.optim.grad_accum_steps
     self.tx, self.schedule = optim.make_optimizer(config.optim, self.num_updates)
