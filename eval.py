@@ -3,32 +3,29 @@
   python eval.py --workdir=/tmp/run --eval_lengths=128,256
 
 A bad argument or workdir ends with status 2 and one paragraph naming the problem and the fix
-(``training/cli.py``); nothing in the workdir is changed except ``eval.json``.
+(experiments/cli.py); nothing in the workdir is changed except ``eval.json``.
 """
 
 from absl import app
 from absl import flags
 from absl import logging
 
-from training import cli
+from experiments import cli
 from training import distributed
+from training import evaluation
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('workdir', None, 'The train.py workdir to evaluate.', required=True)
 flags.DEFINE_string('checkpoint', 'best', "'best' (validation accuracy), 'latest' or a step.")
 flags.DEFINE_string('split', 'test', 'Split evaluated at the training length.')
 flags.DEFINE_string('eval_lengths', '', 'Comma-separated lengths to evaluate at, e.g. 128,256.')
-
 distributed.define_flags()
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
-  from training import evaluation  # pylint: disable=g-import-not-at-top
-  # Arguments first: a malformed one fails before anything is loaded.
-  lengths = evaluation.parse_lengths(FLAGS.eval_lengths)
-  evaluation.parse_checkpoint(FLAGS.checkpoint)
+  lengths = evaluation.parse_lengths(FLAGS.eval_lengths)  # before anything is loaded
   distributed.initialize_from_flags()
   if not FLAGS['verbosity'].present:
     logging.set_verbosity(logging.WARNING)  # library INFO logs (TFDS, orbax) off

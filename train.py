@@ -3,23 +3,23 @@
   python train.py --config=configs/default.py --workdir=/tmp/run --config.model.position=alibi
 
 Resumes automatically from the newest checkpoint in --workdir. A bad config or flag ends with
-status 2 and one paragraph naming the problem and the fix (training/cli.py), within seconds and
-before the workdir is touched.
+status 2 and one paragraph naming the problem and the fix (experiments/cli.py), before the
+workdir is touched.
 """
 
 from absl import app
 from absl import flags
 from ml_collections import config_flags
 
-from training import cli
+from experiments import cli
 from training import distributed
+from training import trainer
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file('config', 'configs/default.py', 'Training config file.',
                                 lock_config=True)
 flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics and logs.',
                     required=True)
-
 distributed.define_flags()
 
 
@@ -27,11 +27,8 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   distributed.initialize_from_flags()
-  from training import config_checks  # pylint: disable=g-import-not-at-top
-  config_checks.check_before_start(FLAGS.config, FLAGS.workdir)  # before TensorFlow is imported
-  import training  # pylint: disable=g-import-not-at-top
-  training.setup_runtime(FLAGS.config, quiet=not FLAGS['verbosity'].present)
-  training.train_and_evaluate(FLAGS.config, FLAGS.workdir)
+  trainer.setup_runtime(FLAGS.config, quiet=not FLAGS['verbosity'].present)
+  trainer.train_and_evaluate(FLAGS.config, FLAGS.workdir)
 
 
 if __name__ == '__main__':

@@ -6,7 +6,8 @@
 
 Called by ``benchmarks/gpu.sh``. Builds the project's train step (forward, backward, AdamW) in the
 compute dtype (parameters float32, activations ``--dtype``), with softmax attention through
-``jax.nn.dot_product_attention(implementation=...)``: ``cudnn`` is cuDNN's fused flash
+``jax.nn.dot_product_attention(implementation=...)`` (``model.attention_impl``): ``cudnn`` is
+cuDNN's fused flash
 attention; ``auto`` tries cudnn and falls back to XLA's attention if it is unavailable (and says
 so). Reports the median step time over ``--steps`` steps (each synchronised), tokens/s, and MFU =
 achieved FLOP/s / peak FLOP/s with FLOPs counted two ways:
@@ -40,7 +41,6 @@ flags.DEFINE_integer('batch_size', 32, 'Batch size.')
 flags.DEFINE_enum('dtype', 'bfloat16', ['bfloat16', 'float32'], 'Compute dtype.')
 flags.DEFINE_enum('attention', 'auto', ['auto', 'cudnn', 'xla'], 'dot_product_attention '
                   'implementation; auto = cudnn if it compiles here, else xla.')
-flags.DEFINE_bool('fused_qkv', False, 'model.fused_qkv: one matmul for Q, K and V.')
 flags.DEFINE_integer('steps', 20, 'Timed steps (after --warmup).')
 flags.DEFINE_integer('warmup', 3, 'Untimed steps after compilation.')
 flags.DEFINE_float('peak_tflops', None, 'Peak dense TFLOP/s of one device in --dtype '
@@ -85,9 +85,8 @@ def analytic_flops(params, cfg, batch_size: int, length: int) -> tuple[float, in
 
 
 def build(c, batch, implementation):
-  from models import attention  # pylint: disable=g-import-not-at-top
-  with attention.dot_product_attention_implementation(implementation):
-    return common.our_train_step(c, batch)
+  c.model.attention_impl = implementation
+  return common.our_train_step(c, batch)
 
 
 def main(_):
@@ -100,8 +99,7 @@ def main(_):
   print(f'device: {device.device_kind} ({device.platform}), {jax.device_count()} device(s), '
         f'jax {jax.__version__}', flush=True)
   c = common.get_config(**{'model.size': size, 'model.position': 'rotary',
-                           'model.dtype': FLAGS.dtype, 'model.fused_qkv': FLAGS.fused_qkv,
-                           'data.max_length': length})
+                           'model.dtype': FLAGS.dtype, 'data.max_length': length})
   cfg = common.model_config(c)
   batch = jax.device_put(common.synthetic_batch(batch_size, length))
   wanted = {'auto': ['cudnn', 'xla'], 'cudnn': ['cudnn'], 'xla': ['xla']}[FLAGS.attention]
@@ -145,8 +143,7 @@ def main(_):
   rows = [
       ['preset', f'{size} ({step.num_params:,} params, {counted:,} outside embeddings)'],
       ['batch x length', f'{batch_size} x {length} ({tokens:,} tokens/step)'],
-      ['dtype / attention', f'{FLAGS.dtype} / {used}'
-       f'{", fused QKV" if FLAGS.fused_qkv else ""}'],
+      ['dtype / attention', f'{FLAGS.dtype} / {used}'],
       ['step time (median of %d)' % steps, f'{step_s * 1e3:.2f} ms '
        f'(min {min(times) * 1e3:.2f}, max {max(times) * 1e3:.2f})'],
       ['tokens/s', f'{tokens / step_s:,.0f}'],

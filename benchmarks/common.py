@@ -1,7 +1,7 @@
 """Side-by-side timing helpers for the benchmark scripts (not timed tests).
 
 Besides the timing loop (``time_fns``) this module builds "our" train and forward steps the way
-training does (``configs/default.py`` -> ``ModelConfig.from_config`` -> ``models.init`` ->
+training does (``configs/default.py`` -> ``validation.model_config`` -> ``models.init`` ->
 ``training.optim.make_optimizer`` -> ``training.steps.make_step_fns``), on synthetic byte-level
 batches, and reads peak memory from the compiled executable (``memory_analysis``).
 
@@ -19,9 +19,18 @@ import sys
 import time
 from typing import Any, Callable
 
+import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
+from flax import nnx
+
+import models
+from configs import default
+from training import optim
+from training import steps
+from training import validation
 
 VOCAB_SIZE = 260  # the byte tokenizer's vocabulary (data.BYTE_VOCAB_SIZE)
 NUM_CLASSES = 2
@@ -75,8 +84,6 @@ def machine() -> str:
 
 def versions() -> str:
   """Versions of the libraries the figures depend on."""
-  import flax  # pylint: disable=g-import-not-at-top
-  import optax  # pylint: disable=g-import-not-at-top
   out = [f'python {platform.python_version()}', f'jax {jax.__version__}',
          f'jaxlib {jax.lib.__version__}' if hasattr(jax.lib, '__version__') else '',
          f'flax {flax.__version__}', f'optax {optax.__version__}']
@@ -144,18 +151,14 @@ def get_config(**overrides: Any):
 
   Dropout stays at the default (0.1 on hidden states, 0 on attention probabilities).
   """
-  from configs import default  # pylint: disable=g-import-not-at-top
   c = default.get_config()
   c.train.compilation_cache_dir = ''
-  for path, value in overrides.items():
-    group, field = path.split('.', 1)
-    c[group][field] = value
+  c.update_from_flattened_dict(overrides)
   return c
 
 
 def model_config(c):
-  import models  # pylint: disable=g-import-not-at-top
-  return models.ModelConfig.from_config(c, vocab_size=VOCAB_SIZE, num_classes=NUM_CLASSES)
+  return validation.model_config(c, vocab_size=VOCAB_SIZE, num_classes=NUM_CLASSES)
 
 
 def synthetic_batch(batch_size: int, length: int, *, seed: int = 0,
@@ -166,6 +169,7 @@ def synthetic_batch(batch_size: int, length: int, *, seed: int = 0,
   inputs[:, 0] = 1  # [CLS]
   positions = np.broadcast_to(np.arange(length, dtype=np.int32), (batch_size, length))
   return {'inputs': jnp.asarray(inputs), 'positions': jnp.asarray(positions.copy()),
+          'mask': jnp.ones((batch_size, length), bool),
           'label': jnp.asarray(rng.integers(0, NUM_CLASSES, (batch_size,), dtype=np.int32)),
           'weight': jnp.ones((batch_size,), jnp.float32)}
 
@@ -204,9 +208,6 @@ def lower_only(jitted, *args):
 
 def _our_parts(c):
   """(model config, train graphdef, eval graphdef, tx, schedule, train_step, eval_step)."""
-  import models  # pylint: disable=g-import-not-at-top
-  from training import optim  # pylint: disable=g-import-not-at-top
-  from training import steps  # pylint: disable=g-import-not-at-top
   cfg = model_config(c)
   graphdef = lambda cfg: jax.eval_shape(functools.partial(models.init, cfg),
                                         jax.random.PRNGKey(0))[0]
@@ -219,9 +220,6 @@ def _our_parts(c):
 
 def our_state(c, tx, key: int = 0):
   """A fresh single-seed ``TrainState`` (no seed axis) and the parameter count."""
-  import models  # pylint: disable=g-import-not-at-top
-  from flax import nnx  # pylint: disable=g-import-not-at-top
-  from training import steps  # pylint: disable=g-import-not-at-top
   cfg = model_config(c)
 
   @jax.jit

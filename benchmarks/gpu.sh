@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # One prepared accelerator check: `base` train step at length 512 in bfloat16 with cuDNN fused
 # attention (falls back to XLA attention, and says so, where cuDNN is unavailable): step time,
-# tokens/s and MFU (analytic 6NT + attention FLOPs, and XLA cost_analysis FLOPs); then the same
-# with model.fused_qkv (one Q/K/V matmul; slower on CPU, usually faster on accelerators).
+# tokens/s and MFU (analytic 6NT + attention FLOPs, and XLA cost_analysis FLOPs).
 #
 #   bash benchmarks/gpu.sh                       # on a GPU machine (~2-4 minutes incl. compile)
 #   bash benchmarks/gpu.sh --peak_tflops=989     # override the peak table
@@ -21,7 +20,3 @@ timeout "${GPU_TIMEOUT:-540}" python benchmarks/accelerator.py --size=base --len
   --batch_size="${BATCH_SIZE:-32}" --dtype=bfloat16 --attention=auto --steps=20 \
   --json="$OUT/accelerator.json" "$@"
 echo "wrote $OUT/accelerator.json"
-timeout "${GPU_TIMEOUT:-540}" python benchmarks/accelerator.py --size=base --length=512 \
-  --batch_size="${BATCH_SIZE:-32}" --dtype=bfloat16 --attention=auto --steps=20 --fused_qkv \
-  --json="$OUT/accelerator_fused_qkv.json" "$@"
-echo "wrote $OUT/accelerator_fused_qkv.json"

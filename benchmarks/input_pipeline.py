@@ -4,7 +4,7 @@
 
 Writes a synthetic JSONL file of long byte-level documents (random words, 2-3x the longest
 length, 2 labels) to a temp dir, and reads it with the project's pipeline
-(``data.train_iterator`` with ``data.name=files``, byte tokenizer, shuffling, tf.data prefetch),
+(``Dataset.train_batches`` with ``data.name=files``, byte tokenizer, shuffling, tf.data prefetch),
 exactly as training does. In rounds it alternates: ``--batches`` batches pulled from the pipeline
 (examples/s delivered as NumPy batches), then ``--steps`` jitted train steps of the ``small``
 preset with rotary positions at the same batch size (examples/s consumed). Medians over rounds.
@@ -27,6 +27,8 @@ import numpy as np
 from absl import app, flags
 
 from benchmarks import common
+from data import datasets
+from training import trainer
 
 flags.DEFINE_list('lengths', ['512', '4096'], 'Sequence lengths.')
 flags.DEFINE_list('batch_sizes', ['4', '1'], 'Batch size at each length.')
@@ -61,8 +63,6 @@ def write_documents(path: str, num: int, chars: int, seed: int = 0) -> int:
 
 
 def main(_):
-  import data as data_lib  # pylint: disable=g-import-not-at-top
-  from training import trainer  # pylint: disable=g-import-not-at-top
   lengths = [int(x) for x in FLAGS.lengths]
   batch_sizes = [int(x) for x in FLAGS.batch_sizes]
   if len(batch_sizes) != len(lengths):
@@ -80,8 +80,8 @@ def main(_):
                                'data.max_length': length})
       trainer.setup_runtime(c)  # quiet TFDS logs; the compilation cache is off in get_config
       workdir = os.path.join(tmp, f'work{length}')
-      batches = data_lib.train_iterator(c.data, workdir=workdir, seed=0,
-                                        global_batch_size=batch_size)
+      batches = datasets.load(c.data, workdir).train_batches(seed=0,
+                                                             global_batch_size=batch_size)
       first = next(batches)
       assert first['inputs'].shape == (batch_size, length), first['inputs'].shape
       real = float(np.mean(first['inputs'] != 0))
@@ -112,12 +112,12 @@ def main(_):
             f'{batch_size / stp:.2f} ex/s, ratio {ratio:,.0f}x', flush=True)
       del batches
   print(f'machine: {common.machine()}')
-  print(f'pipeline: data.name=files (JSONL), byte tokenizer, train_iterator; step: '
+  print(f'pipeline: data.name=files (JSONL), byte tokenizer, Dataset.train_batches; step: '
         f'{FLAGS.size} rotary train step; medians of {FLAGS.rounds} alternating rounds')
   common.print_table(header, rows)
   common.write_json(FLAGS.json, {
       'title': 'Input pipeline vs train step',
-      'setup': (f'`data.train_iterator` on a synthetic JSONL file of {FLAGS.documents} long '
+      'setup': (f'`Dataset.train_batches` on a synthetic JSONL file of {FLAGS.documents} long '
                 f'documents (`data.name=files`, byte tokenizer) vs the `{FLAGS.size}` rotary '
                 f'train step at the same batch; alternating rounds ({FLAGS.batches} batches / '
                 f'{FLAGS.steps} steps), medians of {FLAGS.rounds}'),

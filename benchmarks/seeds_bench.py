@@ -2,7 +2,7 @@
 
   python benchmarks/seeds_bench.py [--seeds=3] [--size=tiny] [--batch_size=32] [--length=64]
 
-Builds the real train step of ``training.Experiment`` for S seeds and for 1 seed, and prints,
+Builds the real train step of ``training.experiment.Experiment`` for S seeds and for 1 seed, and prints,
 measured side by side in one run: time per step of the S-seed step, S x the 1-seed step, the
 speed-up, and the compile time of each.
 """
@@ -19,10 +19,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax  # pylint: disable=g-import-not-at-top
 from absl import app, flags
 
-import data as data_lib
 from benchmarks import common
 from configs import default
-from training import trainer
+from training.experiment import Experiment
 
 flags.DEFINE_integer('seeds', 3, 'Seeds trained together.')
 flags.DEFINE_string('size', 'tiny', 'Model preset.')
@@ -43,10 +42,9 @@ def build(num_seeds: int, workdir: str, data_dir: str):
   c.train.batch_size = FLAGS.batch_size
   c.data.max_length = FLAGS.length
   c.data.data_dir = data_dir
-  exp = trainer.Experiment(c, workdir)
+  exp = Experiment(c, workdir)
   state = exp.init_state()
-  batch = exp.global_batch(next(data_lib.train_iterator(
-      c.data, workdir=workdir, seed=0, global_batch_size=c.train.batch_size)))
+  batch = exp.global_batch(next(exp.train_batches(0)))
   t0 = time.perf_counter()
   compiled = exp.train_step.lower(state, batch).compile()
   compile_s = time.perf_counter() - t0

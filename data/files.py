@@ -24,7 +24,7 @@ from typing import Iterator
 
 import numpy as np
 
-from data import cache
+from data import storage
 from data.sources import shard_bounds
 
 CLASSES_FILE = 'classes.json'
@@ -196,7 +196,7 @@ def save_classes(workdir: str | None, classes: Classes) -> None:
     return
   os.makedirs(workdir, exist_ok=True)
   content = {'class_names': list(classes.names), 'integer_labels': classes.integer_labels}
-  cache.write_atomically(path, json.dumps(content, indent=1).encode())
+  storage.write_json(path, content)
 
 
 def load_or_save_classes(workdir: str | None, rows: list[_Row]) -> Classes:

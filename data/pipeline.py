@@ -4,14 +4,16 @@ A batch is a dict of NumPy arrays:
 
 * ``inputs``: int32 [b, L] token ids: [CLS], the text's tokens, then 0 (padding);
 * ``positions``: int32 [b, L] position of each token counted from [CLS] = 0 (0 at padding);
+* ``mask``: bool [b, L], true at real tokens (false at padding);
 * ``label``: int32 [b] class ids;
 * ``weight``: float32 [b]: 1 for a real example, 0 for padding added to fill the last eval batch.
 
 Training order: the example used at row j of global batch s (global batch size G) is the
 ``(s * G + j) mod n``-th entry of a permutation of the split's n examples that depends only on
-(seed, epoch = (s * G + j) // n, n); a process yields its rows of each global batch. Each example index is computed from its slot alone
-(``tf.random.experimental.index_shuffle``), so starting at step s costs nothing and yields exactly
-the batches a fresh iterator yields from step s on; every epoch is reshuffled.
+(seed, epoch = (s * G + j) // n, n); a process yields its rows of each global batch. Each example
+index is computed from its slot alone (``tf.random.experimental.index_shuffle``), so starting at
+step s costs nothing and yields exactly the batches a fresh iterator yields from step s on; every
+epoch is reshuffled.
 """
 
 from __future__ import annotations
@@ -31,8 +33,10 @@ def _features(tokenizer: tokenizers.Tokenizer, texts: tf.Tensor, labels: tf.Tens
               weights: tf.Tensor, length: int) -> dict[str, tf.Tensor]:
   """Tokenized batch: texts tf.string [b], labels int32 [b], weights float32 [b] -> Batch."""
   inputs = tokenizer.encode_batch(texts, length)
-  positions = tf.where(inputs != tokenizers.PAD_ID, tf.range(length)[tf.newaxis, :], 0)
-  return {'inputs': inputs, 'positions': positions, 'label': labels, 'weight': weights}
+  mask = inputs != tokenizers.PAD_ID
+  positions = tf.where(mask, tf.range(length)[tf.newaxis, :], 0)
+  return {'inputs': inputs, 'positions': positions, 'mask': mask, 'label': labels,
+          'weight': weights}
 
 
 def train_batches(texts: np.ndarray, labels: np.ndarray, tokenizer: tokenizers.Tokenizer, *,

@@ -32,7 +32,9 @@ import zlib
 import numpy as np
 import tensorflow_datasets as tfds
 
-TASKS = ('order', 'distance', 'nearest')
+import data
+
+TASKS = data.PROBE_TASKS
 
 _CLASS_NAMES = {
     'order': ('b_before_a', 'a_before_b'),

@@ -16,6 +16,7 @@ from absl import flags
 import tensorflow_datasets as tfds
 
 import data
+from data import datasets
 from data import sources
 
 _NAME = flags.DEFINE_list('name', None, f'Datasets (comma-separated) among {data.DATASET_NAMES}.',
@@ -25,7 +26,7 @@ _DATA_DIR = flags.DEFINE_string('data_dir', None, 'TFDS data_dir (default: TFDS 
 
 def prepare_embedded(name: str, data_dir: str | None) -> None:
   """Generates an embedded dataset if needed and prints its splits and an example."""
-  builder = data.embedded_builder(name, data_dir)
+  builder = datasets.embedded_builder(name, data_dir)
   sources.prepare(builder)
   print(f'{name}: prepared in {builder.data_dir}')
   for split, split_info in builder.info.splits.items():
@@ -51,7 +52,7 @@ def main(argv: list[str]) -> None:
   for name in _NAME.value:
     if name in data.EMBEDDED_DATASETS:
       prepare_embedded(name, _DATA_DIR.value)
-    elif name in data.TEXT_DATASETS:
+    elif name in data.TFDS_TEXT_DATASETS:
       explain_tfds(name, _DATA_DIR.value)
     elif name == 'files':
       print('files: local CSV/TSV/JSONL files need no preparation (see data/files.py).')

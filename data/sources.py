@@ -6,12 +6,13 @@ into memory as NumPy arrays: texts (object [n] of bytes) and labels (int32 [n]).
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Protocol
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
+
+import data
 
 
 class Source(Protocol):
@@ -39,39 +40,10 @@ def shard_bounds(num: int, index: int, count: int) -> tuple[int, int]:
   return num * index // count, num * (index + 1) // count
 
 
-@dataclasses.dataclass(frozen=True)
-class TextFields:
-  """How a TFDS dataset's examples become (text, label).
-
-  Attributes:
-    text_keys: features joined with a newline into the text (e.g. AG News title and description).
-    splits: our split name -> TFDS split spec (which may slice a TFDS split).
-  """
-
-  text_keys: tuple[str, ...]
-  splits: dict[str, str]
-
-
-# The TFDS text datasets. Where a dataset has no labelled validation split, the last slice of its
-# training split is held out for validation (TFDS shuffles examples when it prepares a dataset, so
-# the slice is a random sample). GLUE's SST-2 test labels are hidden (-1), so its labelled GLUE
-# validation split is our test split, as papers report SST-2 dev accuracy.
-TFDS_TEXT_DATASETS = {
-    'imdb_reviews': TextFields(('text',), {
-        'train': 'train[:90%]', 'validation': 'train[90%:]', 'test': 'test'}),
-    'glue/sst2': TextFields(('sentence',), {
-        'train': 'train[:95%]', 'validation': 'train[95%:]', 'test': 'validation'}),
-    'ag_news_subset': TextFields(('title', 'description'), {
-        'train': 'train[:95%]', 'validation': 'train[95%:]', 'test': 'test'}),
-    'yelp_polarity_reviews': TextFields(('text',), {
-        'train': 'train[:99%]', 'validation': 'train[99%:]', 'test': 'test'}),
-}
-
-
 class TfdsSource:
   """Splits of a prepared TFDS builder with a ``label`` ClassLabel feature."""
 
-  def __init__(self, builder: tfds.core.DatasetBuilder, fields: TextFields):
+  def __init__(self, builder: tfds.core.DatasetBuilder, fields: data.TextFields):
     self._builder = builder
     self._fields = fields
     self.splits = tuple(fields.splits)
@@ -96,7 +68,7 @@ class TfdsSource:
 
 
 def tfds_text_source(name: str, data_dir: str | None) -> TfdsSource:
-  """A source for one of ``TFDS_TEXT_DATASETS``, which must already be prepared in data_dir.
+  """A source for one of ``data.TFDS_TEXT_DATASETS``, which must already be prepared in data_dir.
 
   Raises:
     FileNotFoundError: (within a second, without any network access) if it is not prepared,
@@ -110,13 +82,13 @@ def tfds_text_source(name: str, data_dir: str | None) -> TfdsSource:
         f'`tfds build {name} --data_dir=DIR` (pip install tensorflow-datasets), copy '
         f'DIR/{name.split("/")[0]} into the data_dir here (data.data_dir, default '
         '~/tensorflow_datasets), or set --config.data.data_dir to a copy of DIR.')
-  return TfdsSource(builder, TFDS_TEXT_DATASETS[name])
+  return TfdsSource(builder, data.TFDS_TEXT_DATASETS[name])
 
 
 def embedded_source(builder: tfds.core.GeneratorBasedBuilder) -> TfdsSource:
   """A source for an embedded builder (``text`` and ``label`` features), generated on first use."""
   prepare(builder)
-  return TfdsSource(builder, TextFields(('text',), {s: s for s in builder.info.splits}))
+  return TfdsSource(builder, data.TextFields(('text',), {s: s for s in builder.info.splits}))
 
 
 def prepare(builder: tfds.core.GeneratorBasedBuilder) -> None:

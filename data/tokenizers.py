@@ -15,7 +15,7 @@ import numpy as np
 import sentencepiece as spm
 import tensorflow as tf
 
-from data import cache
+from data import storage
 
 PAD_ID = 0
 CLS_ID = 1
@@ -154,7 +154,7 @@ def load_or_train_sentencepiece(
                        'delete spm.model and spm.json to retrain the tokenizer.') from None
   proto = train_sentencepiece(read_training_texts(), vocab_size)
   os.makedirs(workdir, exist_ok=True)
-  cache.write_atomically(meta_path, json.dumps(meta).encode())
-  cache.write_atomically(model_path, proto)
+  storage.write_json(meta_path, meta)
+  storage.write_atomically(model_path, proto)
   return SentencePieceTokenizer(proto)
 

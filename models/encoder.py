@@ -16,7 +16,8 @@ with a final LayerNorm. GELU is exact (erf). Parameters are float32; activations
 compute dtype (LayerNorm statistics and softmax in float32); logits are float32.
 
 The forward pass is pure: no RNG state lives in the model. Dropout (active iff
-``not cfg.deterministic``) draws keys from the ``rngs`` passed to the call.
+``not cfg.deterministic``) draws keys from the ``rngs`` passed to the call. Shape letters:
+docs/shapes.md.
 """
 
 from __future__ import annotations
@@ -30,16 +31,14 @@ from models import sharding
 from models.attention import SelfAttention
 from models.config import ModelConfig
 
-PAD_ID = 0
-
 _HIDDEN = (sharding.BATCH, sharding.LENGTH, sharding.EMBED)
 
 
 def _dense(cfg: ModelConfig, features_in: int, features_out: int,
            names: tuple[str | None, str], *, rngs: nnx.Rngs) -> nnx.Linear:
   """A dense layer with bias; ``names`` are the logical axes of its kernel."""
-  return nnx.Linear(features_in, features_out, dtype=cfg.compute_dtype, kernel_init=cfg.initializer,
-                    kernel_metadata=sharding.param_metadata(names),
+  return nnx.Linear(features_in, features_out, dtype=cfg.compute_dtype,
+                    kernel_init=cfg.initializer, kernel_metadata=sharding.param_metadata(names),
                     bias_metadata=sharding.param_metadata(names[1:]), rngs=rngs)
 
 
@@ -75,12 +74,14 @@ class Embeddings(nnx.Module):
 
   def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
     self.word_embeddings = nnx.Embed(
-        cfg.vocab_size, cfg.embedding_size, dtype=cfg.compute_dtype, embedding_init=cfg.initializer,
+        cfg.vocab_size, cfg.embedding_size, dtype=cfg.compute_dtype,
+        embedding_init=cfg.initializer,
         embedding_metadata=sharding.param_metadata((sharding.VOCAB, sharding.EMBED)), rngs=rngs)
     self.token_type_embeddings = nnx.data(None)
     if cfg.type_vocab_size:
       self.token_type_embeddings = nnx.Embed(
-          cfg.type_vocab_size, cfg.embedding_size, dtype=cfg.compute_dtype, embedding_init=cfg.initializer,
+          cfg.type_vocab_size, cfg.embedding_size, dtype=cfg.compute_dtype,
+          embedding_init=cfg.initializer,
           embedding_metadata=sharding.param_metadata((None, sharding.EMBED)), rngs=rngs)
     self.layer_norm = _layer_norm(cfg, cfg.embedding_size, rngs=rngs)
     self.dropout = _dropout(cfg)
@@ -114,78 +115,27 @@ class EncoderLayer(nnx.Module):
 
   @jax.named_scope('feed_forward')
   def _feed_forward(self, x_BxLxE: jax.Array) -> jax.Array:
-    h_BxLxM = jax.nn.gelu(self.intermediate(x_BxLxE), approximate=False)
-    h_BxLxM = sharding.constrain(h_BxLxM, (sharding.BATCH, sharding.LENGTH, sharding.MLP))
-    return self.output(h_BxLxM)
-
-  @jax.named_scope('dropout')
-  def _dropout_rows(self, y_BxQxE: jax.Array, full_shape: tuple[int, ...],
-                    rngs: nnx.Rngs | None) -> jax.Array:
-    """``self.dropout`` of the first Q rows of a [batch, length, hidden] tensor: the same key and
-    the same mask (drawn at the full shape, then sliced) as ``self.dropout`` on all rows."""
-    dropout = self.dropout
-    if dropout.rate == 0.0 or dropout.deterministic:
-      return y_BxQxE
-    key = rngs[dropout.rng_collection]()
-    keep_prob = 1.0 - dropout.rate
-    mask = jax.random.bernoulli(key, p=keep_prob, shape=full_shape)[:, :y_BxQxE.shape[1]]
-    return jax.lax.select(mask, y_BxQxE / keep_prob, jnp.zeros_like(y_BxQxE))
+    h_BxLxF = jax.nn.gelu(self.intermediate(x_BxLxE), approximate=False)
+    h_BxLxF = sharding.constrain(h_BxLxF, (sharding.BATCH, sharding.LENGTH, sharding.MLP))
+    return self.output(h_BxLxF)
 
   def __call__(self, x_BxLxE: jax.Array, mask_BxL: jax.Array,
-               ctx: positions_lib.PositionContext, *, rngs: nnx.Rngs | None,
+               ctx: positions_lib.PositionContext, rngs: nnx.Rngs | None,
                num_queries: int | None = None) -> jax.Array:
-    """[batch, length, hidden] -> [batch, length, hidden].
-
-    With ``num_queries``, only the first ``num_queries`` positions' outputs are computed
-    ([batch, num_queries, hidden]; keys and values still come from every position), with the same
-    values and dropout masks as the same rows of the full output.
-    """
-    if num_queries is not None:
-      return self._first_rows(x_BxLxE, mask_BxL, ctx, rngs, num_queries)
+    """[batch, length, hidden] -> [batch, T, hidden]: T = length, or the first ``num_queries``
+    positions only (their queries attend to every position)."""
+    drop = lambda y: self.dropout(y, rngs=rngs)
+    first = lambda y: y if num_queries is None else y[:, :num_queries]
     if self.pre_norm:
-      x_BxLxE = x_BxLxE + self.dropout(
-          self.attention(self.attention_norm(x_BxLxE), mask_BxL, ctx, rngs=rngs), rngs=rngs)
-      x_BxLxE = x_BxLxE + self.dropout(self._feed_forward(self.output_norm(x_BxLxE)), rngs=rngs)
+      attended = self.attention(self.attention_norm(x_BxLxE), mask_BxL, ctx, rngs=rngs,
+                                num_queries=num_queries)
+      x_BxTxE = first(x_BxLxE) + drop(attended)
+      x_BxTxE = x_BxTxE + drop(self._feed_forward(self.output_norm(x_BxTxE)))
     else:
-      x_BxLxE = self.attention_norm(
-          x_BxLxE + self.dropout(self.attention(x_BxLxE, mask_BxL, ctx, rngs=rngs), rngs=rngs))
-      x_BxLxE = self.output_norm(x_BxLxE + self.dropout(self._feed_forward(x_BxLxE), rngs=rngs))
-    return sharding.constrain(x_BxLxE, _HIDDEN)
-
-  def _first_rows(self, x_BxLxE: jax.Array, mask_BxL: jax.Array,
-                  ctx: positions_lib.PositionContext, rngs: nnx.Rngs | None,
-                  num: int) -> jax.Array:
-    shape = x_BxLxE.shape
-    if self.pre_norm:
-      attended_BxQxE = self.attention(self.attention_norm(x_BxLxE), mask_BxL, ctx, rngs=rngs,
-                                      num_queries=num)
-      x_BxQxE = x_BxLxE[:, :num] + self._dropout_rows(attended_BxQxE, shape, rngs)
-      x_BxQxE = x_BxQxE + self._dropout_rows(
-          self._feed_forward(self.output_norm(x_BxQxE)), shape, rngs)
-    else:
-      attended_BxQxE = self.attention(x_BxLxE, mask_BxL, ctx, rngs=rngs, num_queries=num)
-      x_BxQxE = self.attention_norm(
-          x_BxLxE[:, :num] + self._dropout_rows(attended_BxQxE, shape, rngs))
-      x_BxQxE = self.output_norm(
-          x_BxQxE + self._dropout_rows(self._feed_forward(x_BxQxE), shape, rngs))
-    return sharding.constrain(x_BxQxE, _HIDDEN)
-
-
-def _apply_layer(layer: EncoderLayer, x_BxLxE: jax.Array, mask_BxL: jax.Array,
-                 ctx: positions_lib.PositionContext, rngs: nnx.Rngs | None) -> jax.Array:
-  return layer(x_BxLxE, mask_BxL, ctx, rngs=rngs)
-
-
-_apply_layer_remat = nnx.remat(_apply_layer)
-
-
-def _apply_layer_cls(layer: EncoderLayer, x_BxLxE: jax.Array, mask_BxL: jax.Array,
-                     ctx: positions_lib.PositionContext, rngs: nnx.Rngs | None) -> jax.Array:
-  """The layer's output at position 0 only, [batch, 1, hidden]."""
-  return layer(x_BxLxE, mask_BxL, ctx, rngs=rngs, num_queries=1)
-
-
-_apply_layer_cls_remat = nnx.remat(_apply_layer_cls)
+      attended = self.attention(x_BxLxE, mask_BxL, ctx, rngs=rngs, num_queries=num_queries)
+      x_BxTxE = self.attention_norm(first(x_BxLxE) + drop(attended))
+      x_BxTxE = self.output_norm(x_BxTxE + drop(self._feed_forward(x_BxTxE)))
+    return sharding.constrain(x_BxTxE, _HIDDEN)
 
 
 class ClassificationHead(nnx.Module):
@@ -209,9 +159,14 @@ class ClassificationHead(nnx.Module):
 class Classifier(nnx.Module):
   """Encoder + pooling + classification head; the position scheme is ``cfg.position``.
 
-  Call as ``model(inputs_BxL, positions_BxL, mask_BxL=None, token_type_ids_BxL=None, *,
-  rngs=None)`` -> float32 logits [batch, num_classes]; ``model.encode(...)`` (same arguments) ->
-  final hidden states [batch, length, hidden] in the compute dtype.
+  Call as ``model(inputs_BxL, positions_BxL, mask_BxL, token_type_ids_BxL=None, *, rngs=None)``
+  -> float32 logits [batch, num_classes]; ``model.encode(...)`` (same arguments) -> final hidden
+  states [batch, length, hidden] in the compute dtype.
+
+  With CLS pooling only position 0 of the last layer reaches the logits, so the last layer
+  computes that position's output only (its queries, attention output and feed-forward block
+  for one row; keys and values from every position). Softmax attention only. Logits equal the
+  full computation's up to float rounding; dropout masks are drawn at the shapes computed.
   """
 
   def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
@@ -229,9 +184,8 @@ class Classifier(nnx.Module):
       self.final_norm = _layer_norm(cfg, cfg.hidden_size, rngs=rngs)
     self.head = ClassificationHead(cfg, rngs=rngs)
 
-  def _check_inputs(self, inputs_BxL: jax.Array, positions_BxL: jax.Array,
-                    mask_BxL: jax.Array | None, token_type_ids_BxL: jax.Array | None,
-                    rngs: nnx.Rngs | None) -> None:
+  def _check_inputs(self, inputs_BxL: jax.Array, positions_BxL: jax.Array, mask_BxL: jax.Array,
+                    token_type_ids_BxL: jax.Array | None, rngs: nnx.Rngs | None) -> None:
     shape = inputs_BxL.shape
     if len(shape) != 2:
       raise ValueError(f'inputs must be [batch, length] token ids, got shape {shape}.')
@@ -241,38 +195,27 @@ class Classifier(nnx.Module):
         raise ValueError(f'{name} shape {array.shape} does not match inputs shape {shape}.')
     if token_type_ids_BxL is not None and not self.cfg.type_vocab_size:
       raise ValueError('token_type_ids given but model.type_vocab_size=0 (no token types).')
-    if rngs is None and self.uses_dropout:
+    cfg = self.cfg
+    if rngs is None and not cfg.deterministic and (cfg.dropout_rate or cfg.attention_dropout_rate):
       raise ValueError('Dropout is active (cfg.deterministic=False): pass '
                        'rngs=nnx.Rngs(dropout=key), or use cfg.replace(deterministic=True).')
 
-  @property
-  def uses_dropout(self) -> bool:
-    """Whether a call draws dropout keys."""
-    cfg = self.cfg
-    return not cfg.deterministic and (cfg.dropout_rate > 0 or cfg.attention_dropout_rate > 0)
+  def encode(self, inputs_BxL: jax.Array, positions_BxL: jax.Array, mask_BxL: jax.Array,
+             token_type_ids_BxL: jax.Array | None = None, *, rngs: nnx.Rngs | None = None,
+             last_num_queries: int | None = None) -> jax.Array:
+    """Final hidden states [batch, length, hidden] in the compute dtype.
 
-  @property
-  def computes_cls_only(self) -> bool:
-    """Whether ``__call__`` computes the last layer at the [CLS] position only.
-
-    With CLS pooling only position 0 of the last layer reaches the logits, so its other
-    positions' queries, attention, output projection and feed-forward block are dead work (the
-    `small` train step at length 512: 41.6 instead of 53.2 GFLOP). Softmax attention only; not
-    with attention-probability dropout in training (its mask is drawn over all queries). Logits
-    equal the full computation's up to float rounding (the matmuls have fewer rows), with the
-    same dropout masks.
+    Args:
+      inputs_BxL: int token ids [batch, length].
+      positions_BxL: int positions [batch, length] (always explicit).
+      mask_BxL: bool [batch, length], true at real tokens.
+      token_type_ids_BxL: int [batch, length] (needs model.type_vocab_size > 0); None: zeros.
+      rngs: dropout keys, ``nnx.Rngs(dropout=key)``; required unless cfg.deterministic.
+      last_num_queries: the last layer computes only its first positions' outputs
+        ([batch, last_num_queries, hidden]).
     """
-    cfg = self.cfg
-    return (cfg.pooling == 'cls' and cfg.attention == 'softmax' and
-            not (cfg.attention_dropout_rate > 0 and not cfg.deterministic))
-
-  def _encode(self, inputs_BxL: jax.Array, positions_BxL: jax.Array,
-              mask_BxL: jax.Array | None, token_type_ids_BxL: jax.Array | None,
-              rngs: nnx.Rngs | None, cls_only: bool = False) -> tuple[jax.Array, jax.Array]:
-    """(final hidden states [batch, length, hidden] (``cls_only``: [batch, 1, hidden], position
-    0 only), bool mask [batch, length])."""
     self._check_inputs(inputs_BxL, positions_BxL, mask_BxL, token_type_ids_BxL, rngs)
-    mask_BxL = inputs_BxL != PAD_ID if mask_BxL is None else mask_BxL.astype(bool)
+    mask_BxL = mask_BxL.astype(bool)
     with jax.named_scope('embeddings'):
       x_BxLxE = self.embeddings(inputs_BxL, positions_BxL, token_type_ids_BxL, self.positions,
                                 rngs=rngs)
@@ -281,37 +224,22 @@ class Classifier(nnx.Module):
     x_BxLxE = sharding.constrain(x_BxLxE, _HIDDEN)
     with jax.named_scope('positions'):
       ctx = self.positions.prepare(positions_BxL)
-    apply_layer = _apply_layer_remat if self.cfg.remat else _apply_layer
-    apply_last = apply_layer
-    if cls_only:
-      apply_last = _apply_layer_cls_remat if self.cfg.remat else _apply_layer_cls
+    apply = nnx.remat(EncoderLayer.__call__, static_argnums=5) if self.cfg.remat else (
+        EncoderLayer.__call__)
     for i, layer in enumerate(self.layers):
-      apply = apply_last if i == len(self.layers) - 1 else apply_layer
-      x_BxLxE = apply(layer, x_BxLxE, mask_BxL, ctx, rngs)
+      last = i == len(self.layers) - 1
+      x_BxLxE = apply(layer, x_BxLxE, mask_BxL, ctx, rngs, last_num_queries if last else None)
     if self.final_norm is not None:
       x_BxLxE = self.final_norm(x_BxLxE)
-    return x_BxLxE, mask_BxL
+    return x_BxLxE
 
-  def encode(self, inputs_BxL: jax.Array, positions_BxL: jax.Array,
-             mask_BxL: jax.Array | None = None, token_type_ids_BxL: jax.Array | None = None, *,
-             rngs: nnx.Rngs | None = None) -> jax.Array:
-    """Final hidden states [batch, length, hidden] in the compute dtype.
-
-    Args:
-      inputs_BxL: int token ids [batch, length] (pad id 0).
-      positions_BxL: int positions [batch, length] (always explicit).
-      mask_BxL: bool [batch, length], true at real tokens; None: ``inputs_BxL != 0``.
-      token_type_ids_BxL: int [batch, length] (needs model.type_vocab_size > 0); None: zeros.
-      rngs: dropout keys, ``nnx.Rngs(dropout=key)``; required unless cfg.deterministic.
-    """
-    return self._encode(inputs_BxL, positions_BxL, mask_BxL, token_type_ids_BxL, rngs)[0]
-
-  def __call__(self, inputs_BxL: jax.Array, positions_BxL: jax.Array,
-               mask_BxL: jax.Array | None = None, token_type_ids_BxL: jax.Array | None = None, *,
+  def __call__(self, inputs_BxL: jax.Array, positions_BxL: jax.Array, mask_BxL: jax.Array,
+               token_type_ids_BxL: jax.Array | None = None, *,
                rngs: nnx.Rngs | None = None) -> jax.Array:
     """float32 logits [batch, num_classes]; arguments as ``encode``."""
-    x_BxLxE, mask_BxL = self._encode(inputs_BxL, positions_BxL, mask_BxL, token_type_ids_BxL,
-                                     rngs, cls_only=self.computes_cls_only)
+    cls_only = self.cfg.pooling == 'cls' and self.cfg.attention == 'softmax'
+    x_BxLxE = self.encode(inputs_BxL, positions_BxL, mask_BxL, token_type_ids_BxL, rngs=rngs,
+                          last_num_queries=1 if cls_only else None)
     if self.cfg.pooling == 'cls':
       pooled_BxE = x_BxLxE[:, 0]
     else:

@@ -1,6 +1,6 @@
 """Hugging Face RoFormer checkpoints -> this codebase's ``Classifier`` (exact, no torch needed).
 
-  result = models.hf.load_hf_roformer('path/to/hf_checkpoint_dir', deterministic=True)
+  result = models.hf.load_hf_roformer('path/to/hf_checkpoint_dir', base, deterministic=True)
   model = result.model()                       # a models.Classifier
   positions = jnp.broadcast_to(jnp.arange(length), ids.shape)   # HF uses 0 .. L-1
   logits = model(ids, positions, attention_mask, token_type_ids)
@@ -20,10 +20,10 @@ sinusoidal table (base 10000, interleaved pairs); it is checked, not stored (thi
 it). A checkpoint without a classification head (a base or MLM model) gets a freshly initialised
 head (from ``key``); other heads (MLM, token classification, QA) are listed in ``unused_keys``.
 
-``save_converted`` / ``load_converted`` store a conversion as orbax params plus a JSON config
-(``scripts/convert_hf.py`` is the command line). HF positions are 0 .. L-1 per sequence; this
-model takes positions explicitly, so pass that arange. Pass the attention mask too: HF's default
-is all ones, this model's is ``ids != 0``. HF's rotary table ends at ``max_position_embeddings``;
+``training.checkpoints.save_converted`` / ``load_converted`` store a conversion as orbax params
+plus a JSON config (``scripts/convert_hf.py`` is the command line). HF positions are 0 .. L-1 per
+sequence; this model takes positions explicitly, so pass that arange, and the attention mask
+(HF's default is all ones). HF's rotary table ends at ``max_position_embeddings``;
 this model has no such limit.
 
 Options beyond a plain copy, all exact (same logits):
@@ -33,7 +33,7 @@ Options beyond a plain copy, all exact (same logits):
 * ``type_vocab_size=0``: HF always adds token type 0's embedding; it is folded into the word
   embeddings, so inputs without token types give HF's output for ``token_type_ids = 0``.
 
-Config mapping (``config_overrides``): num_hidden_layers -> model.num_layers, hidden_size,
+Config mapping (``hf_fields``): num_hidden_layers -> model.num_layers, hidden_size,
 num_attention_heads -> model.num_heads, intermediate_size -> model.mlp_dim, embedding_size,
 hidden_dropout_prob -> model.dropout_rate, attention_probs_dropout_prob ->
 model.attention_dropout_rate, layer_norm_eps, type_vocab_size, rotary_value -> rope.rotary_value;
@@ -56,7 +56,7 @@ import numpy as np
 from flax import nnx
 
 import rope
-from models.config import ModelConfig, RopeConfig
+from models.config import ModelConfig
 from models.encoder import Classifier, init
 
 CONFIG_NAME = 'config.json'
@@ -85,30 +85,8 @@ def _weights_file(path: str) -> str:
 
 
 def _read_safetensors(path: str) -> dict[str, np.ndarray]:
-  from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
-  try:
-    return load_file(path)
-  except TypeError:  # bfloat16: numpy has no such dtype; read the (simple) format directly
-    return _read_safetensors_raw(path)
-
-
-def _read_safetensors_raw(path: str) -> dict[str, np.ndarray]:
-  """Reads a safetensors file with ml_dtypes for bfloat16 (8-byte header size, JSON, data)."""
-  import ml_dtypes  # pylint: disable=g-import-not-at-top
-  dtypes = {'F64': np.float64, 'F32': np.float32, 'F16': np.float16, 'BF16': ml_dtypes.bfloat16,
-            'I64': np.int64, 'I32': np.int32, 'I16': np.int16, 'I8': np.int8, 'U8': np.uint8,
-            'BOOL': np.bool_}
-  with open(path, 'rb') as f:
-    header_size = int.from_bytes(f.read(8), 'little')
-    header = json.loads(f.read(header_size))
-    data = f.read()
-  out = {}
-  for name, info in header.items():
-    if name == '__metadata__':
-      continue
-    start, end = info['data_offsets']
-    out[name] = np.frombuffer(data[start:end], dtypes[info['dtype']]).reshape(info['shape'])
-  return out
+  import safetensors.flax  # pylint: disable=g-import-not-at-top  (numpy has no bfloat16)
+  return {name: np.asarray(value) for name, value in safetensors.flax.load_file(path).items()}
 
 
 def _read_torch(path: str) -> dict[str, np.ndarray]:
@@ -201,47 +179,39 @@ def _check_supported(c: Mapping[str, Any]) -> None:
                      f'num_attention_heads={c["num_attention_heads"]}.')
 
 
-def config_overrides(hf_config: Mapping[str, Any] | Any, *,
-                     layout: str = HF_LAYOUT) -> dict[str, Any]:
-  """Dotted ``configs/default.py`` overrides that make the model a HF RoFormer of this config.
+def hf_fields(hf_config: Mapping[str, Any] | Any, *,
+              layout: str = HF_LAYOUT) -> tuple[dict[str, Any], dict[str, Any]]:
+  """The ``model`` and ``rope`` config fields that make the model a HF RoFormer of this config.
 
-  Keys are config paths ('model.num_layers', 'rope.rotary_value', ...), usable as
-  ``--config.model.num_layers=...`` flags. The vocabulary and class count are not config
-  fields (they come from the data); see ``model_config``.
+  The vocabulary and class count are not config fields (they come from the data); see
+  ``model_config``.
   """
   c = _hf_dict(hf_config)
   _check_supported(c)
   hidden = c['hidden_size']
-  return {
-      'model.position': 'rotary',
-      'model.attention': 'softmax',
-      'model.num_layers': c['num_hidden_layers'],
-      'model.hidden_size': hidden,
-      'model.num_heads': c['num_attention_heads'],
-      'model.mlp_dim': c['intermediate_size'],
-      'model.embedding_size': c.get('embedding_size') or hidden,
-      'model.dropout_rate': float(c.get('hidden_dropout_prob', 0.1)),
-      'model.attention_dropout_rate': float(c.get('attention_probs_dropout_prob', 0.1)),
-      'model.norm': 'post',
-      'model.layer_norm_eps': float(c.get('layer_norm_eps', 1e-12)),
-      'model.pooling': 'cls',
-      'model.type_vocab_size': int(c.get('type_vocab_size', 2)),
-      'model.max_length': int(c.get('max_position_embeddings', 512)),
-      'rope.base': HF_ROPE_BASE,
-      'rope.layout': layout,
-      'rope.rotary_dim': None,
-      'rope.scaling': 'none',
-      'rope.xpos': False,
-      'rope.rotary_value': bool(c.get('rotary_value', False)),
-  }
+  model = dict(
+      position='rotary', attention='softmax', num_layers=c['num_hidden_layers'],
+      hidden_size=hidden, num_heads=c['num_attention_heads'], mlp_dim=c['intermediate_size'],
+      embedding_size=c.get('embedding_size') or hidden,
+      dropout_rate=float(c.get('hidden_dropout_prob', 0.1)),
+      attention_dropout_rate=float(c.get('attention_probs_dropout_prob', 0.1)), norm='post',
+      layer_norm_eps=float(c.get('layer_norm_eps', 1e-12)), pooling='cls',
+      type_vocab_size=int(c.get('type_vocab_size', 2)),
+      max_length=int(c.get('max_position_embeddings', 512)))
+  rope_fields = dict(base=HF_ROPE_BASE, layout=layout, rotary_dim=None, scaling='none',
+                     xpos=False, rotary_value=bool(c.get('rotary_value', False)))
+  return model, rope_fields
 
 
-def model_config(hf_config: Mapping[str, Any] | Any, *, num_classes: int | None = None,
-                 layout: str = HF_LAYOUT, **changes: Any) -> ModelConfig:
+def model_config(hf_config: Mapping[str, Any] | Any, base: ModelConfig, *,
+                 num_classes: int | None = None, layout: str = HF_LAYOUT,
+                 **changes: Any) -> ModelConfig:
   """The ``ModelConfig`` of a HF RoFormer config.
 
   Args:
     hf_config: ``config.json`` as a dict, or a ``transformers.RoFormerConfig``.
+    base: the fields HF RoFormer does not define (attention implementation, dtype, remat, the
+      other schemes' options), e.g. the default experiment config's model.
     num_classes: classifier outputs; None: the config's labels (``id2label`` / ``num_labels``,
       HF's default 2).
     layout: rotary layout to run in ('interleaved' as HF, or 'half' with permuted weights).
@@ -250,17 +220,12 @@ def model_config(hf_config: Mapping[str, Any] | Any, *, num_classes: int | None 
       pooling, attention) loses the equivalence with HF.
   """
   c = _hf_dict(hf_config)
-  overrides = config_overrides(c, layout=layout)
+  model, rope_fields = hf_fields(c, layout=layout)
   if num_classes is None:
     num_classes = len(c['id2label']) if c.get('id2label') else int(c.get('num_labels', 2))
-  fields = {key.partition('.')[2]: value for key, value in overrides.items()
-            if key.startswith('model.')}
-  rope_fields = {key.partition('.')[2]: value for key, value in overrides.items()
-                 if key.startswith('rope.')}
-  fields.update(vocab_size=int(c['vocab_size']), num_classes=int(num_classes),
-                rope=RopeConfig(**rope_fields))
-  fields.update(changes)
-  return ModelConfig(**fields)
+  return base.replace(**{**model, **changes}, vocab_size=int(c['vocab_size']),
+                      num_classes=int(num_classes),
+                      rope=dataclasses.replace(base.rope, **rope_fields))
 
 
 # ---------------------------------------------------------------------------------- weights
@@ -409,8 +374,20 @@ def convert_state_dict(state_dict: Mapping[str, np.ndarray], cfg: ModelConfig, *
                      f'position={cfg.position!r}, attention={cfg.attention!r}, norm={cfg.norm!r}.')
   conv = _Converter(state_dict, cfg)
   conv.check_sinusoidal()
-  heads, head_dim, hidden = cfg.num_heads, cfg.head_dim, cfg.hidden_size
+  _convert_embeddings(conv, cfg)
+  for i in range(cfg.num_layers):
+    _convert_layer(conv, cfg, i)
+  if conv.has(f'encoder.layer.{cfg.num_layers}.attention.self.query.weight'):
+    raise ValueError(f'Checkpoint has more than num_layers={cfg.num_layers} layers.')
+  has_head = _convert_head(conv, init_params)
+  _check_complete(conv.params, conv.target)
+  _permute_layout(conv.params, cfg)
+  unused = tuple(sorted(k for k in conv.sd
+                        if k not in conv.used and k != 'encoder.embed_positions.weight'))
+  return Converted(params=conv.params, has_head=has_head, unused_keys=unused)
 
+
+def _convert_embeddings(conv: _Converter, cfg: ModelConfig) -> None:
   word = conv.get('embeddings.word_embeddings.weight')
   if cfg.type_vocab_size:
     conv.put(('embeddings', 'token_type_embeddings', 'embedding'),
@@ -422,46 +399,43 @@ def convert_state_dict(state_dict: Mapping[str, np.ndarray], cfg: ModelConfig, *
   conv.put(('embeddings', 'word_embeddings', 'embedding'), word,
            'embeddings.word_embeddings.weight')
   conv.layer_norm('embeddings.LayerNorm', ('embeddings', 'layer_norm'))
-  if cfg.embedding_size != hidden:
+  if cfg.embedding_size != cfg.hidden_size:
     conv.linear('embeddings_project', ('embeddings_project',))
   elif conv.has('embeddings_project.weight'):
     raise ValueError('Checkpoint has embeddings_project but the config has embedding_size == '
-                     f'hidden_size == {hidden}.')
+                     f'hidden_size == {cfg.hidden_size}.')
 
-  for i in range(cfg.num_layers):
-    hf, ours = f'encoder.layer.{i}', ('layers', i)
-    for name in ('query', 'key', 'value'):
-      conv.linear(f'{hf}.attention.self.{name}', ours + ('attention', name),
-                  out_shape=(heads, head_dim))
-    conv.linear(f'{hf}.attention.output.dense', ours + ('attention', 'output'),
-                in_shape=(heads, head_dim))
-    conv.layer_norm(f'{hf}.attention.output.LayerNorm', ours + ('attention_norm',))
-    conv.linear(f'{hf}.intermediate.dense', ours + ('intermediate',))
-    conv.linear(f'{hf}.output.dense', ours + ('output',))
-    conv.layer_norm(f'{hf}.output.LayerNorm', ours + ('output_norm',))
-  if conv.has(f'encoder.layer.{cfg.num_layers}.attention.self.query.weight'):
-    raise ValueError(f'Checkpoint has more than num_layers={cfg.num_layers} layers.')
 
+def _convert_layer(conv: _Converter, cfg: ModelConfig, i: int) -> None:
+  hf, ours = f'encoder.layer.{i}', ('layers', i)
+  for name in ('query', 'key', 'value'):
+    conv.linear(f'{hf}.attention.self.{name}', ours + ('attention', name),
+                out_shape=(cfg.num_heads, cfg.head_dim))
+  conv.linear(f'{hf}.attention.output.dense', ours + ('attention', 'output'),
+              in_shape=(cfg.num_heads, cfg.head_dim))
+  conv.layer_norm(f'{hf}.attention.output.LayerNorm', ours + ('attention_norm',))
+  conv.linear(f'{hf}.intermediate.dense', ours + ('intermediate',))
+  conv.linear(f'{hf}.output.dense', ours + ('output',))
+  conv.layer_norm(f'{hf}.output.LayerNorm', ours + ('output_norm',))
+
+
+def _convert_head(conv: _Converter, init_params: Mapping[Any, Any] | None) -> bool:
+  """Converts the classification head, or takes it from ``init_params``; whether it was in the
+  checkpoint."""
   present = [k for k in _HEAD_KEYS if conv.has(k)]
-  has_head = len(present) == len(_HEAD_KEYS)
-  if present and not has_head:
+  if present and len(present) < len(_HEAD_KEYS):
     raise ValueError(f'Incomplete classification head in checkpoint: has {present}, needs '
                      f'{list(_HEAD_KEYS)}.')
-  if has_head:
+  if present:
     conv.linear('classifier.dense', ('head', 'dense'))
     conv.linear('classifier.out_proj', ('head', 'out_proj'))
-  elif init_params is None:
+    return True
+  if init_params is None:
     raise ValueError('Checkpoint has no classification head (classifier.dense / '
                      'classifier.out_proj): pass init_params from a fresh model to initialise it.')
-  else:
-    conv.params['head'] = jax.tree.map(lambda x: np.asarray(x, np.float32),
-                                       dict(init_params['head']))
-
-  _check_complete(conv.params, conv.target)
-  _permute_layout(conv.params, cfg)
-  unused = tuple(sorted(k for k in conv.sd
-                        if k not in conv.used and k != 'encoder.embed_positions.weight'))
-  return Converted(params=conv.params, has_head=has_head, unused_keys=unused)
+  conv.params['head'] = jax.tree.map(lambda x: np.asarray(x, np.float32),
+                                     dict(init_params['head']))
+  return False
 
 
 def _check_complete(params: Mapping[Any, Any], target: Mapping[Any, Any], prefix: str = ''):
@@ -483,7 +457,8 @@ class HFRoFormer:
   Attributes:
     cfg: the ModelConfig.
     params: pure params dict (float32 numpy).
-    overrides: the dotted ``configs/default.py`` overrides (``config_overrides``).
+    overrides: the dotted ``configs/default.py`` overrides that give this model
+      (``--config.model.num_layers=...``).
     has_head: whether the classification head came from the checkpoint.
     unused_keys: checkpoint tensors not used (e.g. an MLM head).
   """
@@ -502,12 +477,14 @@ class HFRoFormer:
     return nnx.merge(graphdef, state)
 
 
-def load_hf_roformer(path: str, *, num_classes: int | None = None, layout: str = HF_LAYOUT,
-                     key: jax.Array | None = None, **changes: Any) -> HFRoFormer:
+def load_hf_roformer(path: str, base: ModelConfig, *, num_classes: int | None = None,
+                     layout: str = HF_LAYOUT, key: jax.Array | None = None,
+                     **changes: Any) -> HFRoFormer:
   """Reads and converts a HF RoFormer checkpoint (directory with ``config.json``).
 
   Args:
     path: checkpoint directory (``save_pretrained`` output).
+    base: the fields HF does not define (``model_config``).
     num_classes: classifier outputs. None: the checkpoint head's (or the config's labels when
       there is no head). A value different from the checkpoint head's raises.
     layout: 'interleaved' (as HF) or 'half' (weights permuted; identical outputs).
@@ -528,7 +505,7 @@ def load_hf_roformer(path: str, *, num_classes: int | None = None, layout: str =
       'embedding_size' not in changes and word.shape[1] == hf_config['hidden_size']):
     # Flax RoFormer ignores embedding_size (no projection): follow the weights.
     changes['embedding_size'] = hf_config['hidden_size']
-  cfg = model_config(hf_config, num_classes=num_classes, layout=layout, **changes)
+  cfg = model_config(hf_config, base, num_classes=num_classes, layout=layout, **changes)
   init_params = None
   if out_proj is None:
     key = jax.random.key(0) if key is None else key
@@ -537,52 +514,8 @@ def load_hf_roformer(path: str, *, num_classes: int | None = None, layout: str =
   converted = convert_state_dict(state_dict, cfg, init_params=init_params)
   if converted.unused_keys:
     logging.info('Unused HF tensors: %s', ', '.join(converted.unused_keys))
-  overrides = {name: getattr(cfg.rope if name.startswith('rope.') else cfg,
-                             name.partition('.')[2])
-               for name in config_overrides(hf_config, layout=layout)}
+  model, rope_fields = hf_fields(hf_config, layout=layout)
+  overrides = {**{f'model.{k}': getattr(cfg, k) for k in model},
+               **{f'rope.{k}': getattr(cfg.rope, k) for k in rope_fields}}
   return HFRoFormer(cfg=cfg, params=converted.params, overrides=overrides,
                     has_head=converted.has_head, unused_keys=converted.unused_keys)
-
-
-# ---------------------------------------------------------------------------------- saving
-
-PARAMS_DIR = 'params'
-METADATA_NAME = 'hf_conversion.json'
-
-
-def save_converted(result: HFRoFormer, directory: str, *, source: str = '') -> None:
-  """Writes ``directory/params`` (orbax, the pure params dict) and ``hf_conversion.json``.
-
-  The JSON holds the ModelConfig fields, the config overrides, ``has_head``, ``unused_keys``
-  and ``source``; ``load_converted`` reads both back. Overwrites an existing conversion.
-  """
-  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
-  directory = os.path.abspath(directory)
-  os.makedirs(directory, exist_ok=True)
-  with ocp.StandardCheckpointer() as checkpointer:
-    checkpointer.save(os.path.join(directory, PARAMS_DIR), result.params, force=True)
-  metadata = {'source': source, 'model_config': dataclasses.asdict(result.cfg),
-              'overrides': result.overrides, 'has_head': result.has_head,
-              'unused_keys': list(result.unused_keys)}
-  with open(os.path.join(directory, METADATA_NAME), 'w') as f:
-    json.dump(metadata, f, indent=2)
-
-
-def load_converted(directory: str, **changes: Any) -> HFRoFormer:
-  """Reads a ``save_converted`` directory; ``changes`` replace ModelConfig fields (e.g.
-  ``deterministic=True``) that do not change parameter shapes."""
-  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
-  directory = os.path.abspath(directory)
-  with open(os.path.join(directory, METADATA_NAME)) as f:
-    metadata = json.load(f)
-  fields = dict(metadata['model_config'])
-  fields['rope'] = RopeConfig(**fields['rope'])
-  cfg = ModelConfig(**fields).replace(**changes)
-  abstract = nnx.eval_shape(lambda: Classifier(cfg, rngs=nnx.Rngs(0)))
-  target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
-                        nnx.to_pure_dict(nnx.state(abstract, nnx.Param)))
-  with ocp.StandardCheckpointer() as checkpointer:
-    params = checkpointer.restore(os.path.join(directory, PARAMS_DIR), target)
-  params = jax.tree.map(np.asarray, params)
-  return HFRoFormer(cfg=cfg, params=params, overrides=metadata['overrides'],
-                    has_head=metadata['has_head'], unused_keys=tuple(metadata['unused_keys']))

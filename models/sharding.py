@@ -52,28 +52,22 @@ def active() -> bool:
   return bool(flax_spmd.get_logical_axis_rules()) and not jax.sharding.get_abstract_mesh().empty
 
 
-def logical_to_mesh(names: Sequence[str | None],
-                    rules: Sequence[tuple[str, Any]] | None = None) -> PartitionSpec:
-  """Maps logical names to a mesh ``PartitionSpec`` with ``rules`` (default: the active rules).
+def logical_to_mesh(names: Sequence[str | None]) -> PartitionSpec:
+  """The mesh ``PartitionSpec`` of logical ``names`` under the active rules: flax's renaming
+  (``nnx.logical_axis_rules``), then ``distinct_axes``."""
+  return distinct_axes(flax_spmd.apply_rules(PartitionSpec(*_check_names(names)), None))
 
-  The first rule for a name wins. A mesh axis is used at most once per spec: a later dimension
-  whose rule names an already used mesh axis is replicated (None). Names without a rule stay
-  unchanged.
-  """
-  rules = flax_spmd.get_logical_axis_rules() if rules is None else rules
-  table: dict[str, Any] = {}
-  for logical, mesh_axes in rules:
-    table.setdefault(logical, mesh_axes)
+
+def distinct_axes(spec: PartitionSpec) -> PartitionSpec:
+  """``spec`` with each mesh axis used at most once: a later dimension whose mesh axes include
+  one already used is replicated (None)."""
   used: set[str] = set()
-  spec = []
-  for name in _check_names(names):
-    mesh_axes = table.get(name, name) if name is not None else None
+  out = []
+  for mesh_axes in spec:
     axes = (mesh_axes,) if isinstance(mesh_axes, str) else tuple(mesh_axes or ())
-    if used.intersection(axes):
-      mesh_axes = None
+    out.append(None if used.intersection(axes) else mesh_axes)
     used.update(axes)
-    spec.append(mesh_axes)
-  return PartitionSpec(*spec)
+  return PartitionSpec(*out)
 
 
 def constrain(x: jax.Array, names: Sequence[str | None]) -> jax.Array:

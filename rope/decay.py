@@ -15,12 +15,12 @@ from __future__ import annotations
 import numpy as np
 
 from rope import frequencies
+from rope.config import RopeConfig
 
 
-def decay_bound(distances, head_dim: int, base: float = 10000.0,
-                scaling: frequencies.Scaling | None = None) -> np.ndarray:
+def decay_bound(distances, head_dim: int, config: RopeConfig = RopeConfig()) -> np.ndarray:
   """The Figure 2 curve: relative upper bound at each relative distance, float64 [n]."""
-  theta = frequencies.inv_frequencies(head_dim, base, scaling).astype(np.float64)
+  theta = frequencies.inv_frequencies(head_dim, config).astype(np.float64)
   distances = np.asarray(distances, np.float64)
   phases = np.exp(1j * distances[..., None] * theta)  # [..., d/2]
   partial_sums = np.cumsum(phases, axis=-1)  # S_1 .. S_{d/2}

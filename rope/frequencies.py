@@ -21,104 +21,39 @@ trace time, and handed to JAX as float32 constants: they depend only on static a
   shorter than L / high_freq_factor are kept, longer than L / low_freq_factor divided by s, a
   smooth interpolation in between.
 
-Every variant is exactly plain RoPE at factor 1.
+Every variant is exactly plain RoPE at factor 1. The options are ``rope.RopeConfig`` fields.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
 
-SCALING_KINDS = ('none', 'linear', 'ntk', 'yarn', 'llama3')
+from rope.config import RopeConfig, check_rotary_dim
 
 
-@dataclasses.dataclass(frozen=True)
-class Scaling:
-  """A frequency-scaling variant (hashable, so it can be a static jit argument).
-
-  Attributes:
-    kind: one of ``SCALING_KINDS``.
-    factor: the context-extension factor s (>= 1 extends; 1 is plain RoPE).
-    original_max_length: the training context length L (yarn, llama3).
-    beta_fast: YaRN: rotations over L above which a dimension is not interpolated.
-    beta_slow: YaRN: rotations over L below which a dimension is fully interpolated.
-    low_freq_factor: Llama 3.1: wavelengths above L / low_freq_factor are divided by s.
-    high_freq_factor: Llama 3.1: wavelengths below L / high_freq_factor are kept.
-  """
-
-  kind: str = 'none'
-  factor: float = 1.0
-  original_max_length: int = 512
-  beta_fast: float = 32.0
-  beta_slow: float = 1.0
-  low_freq_factor: float = 1.0
-  high_freq_factor: float = 4.0
-
-  def __post_init__(self):
-    if self.kind not in SCALING_KINDS:
-      raise ValueError(
-          f'Unknown RoPE scaling {self.kind!r}; valid choices: {", ".join(SCALING_KINDS)}.')
-    if not self.factor > 0:
-      raise ValueError(f'RoPE scaling factor must be > 0, got {self.factor}.')
-    if self.original_max_length <= 0:
-      raise ValueError(
-          f'RoPE original_max_length must be > 0, got {self.original_max_length}.')
-    if self.kind == 'yarn' and not self.beta_fast > self.beta_slow:
-      raise ValueError(
-          f'YaRN needs beta_fast > beta_slow, got {self.beta_fast} <= {self.beta_slow}.')
-    if self.kind == 'llama3' and not self.high_freq_factor > self.low_freq_factor:
-      raise ValueError('Llama-3.1 scaling needs high_freq_factor > low_freq_factor, got '
-                       f'{self.high_freq_factor} <= {self.low_freq_factor}.')
-
-  @property
-  def attention_factor(self) -> float:
-    """Multiplier on queries and keys (YaRN's sqrt(1/t) = 0.1 ln s + 1; else 1)."""
-    if self.kind == 'yarn' and self.factor > 1.0:
-      return 0.1 * math.log(self.factor) + 1.0
-    return 1.0
-
-
-def check_rotary_dim(head_dim: int, rotary_dim: int | None) -> int:
-  """Returns the number of rotated features, validating it against ``head_dim``."""
-  if head_dim <= 0 or head_dim % 2:
-    raise ValueError(f'RoPE needs an even head_dim > 0, got head_dim={head_dim}.')
-  rotary_dim = head_dim if rotary_dim is None else rotary_dim
-  if rotary_dim <= 0 or rotary_dim % 2:
-    raise ValueError(f'RoPE needs an even rotary_dim > 0, got rotary_dim={rotary_dim}.')
-  if rotary_dim > head_dim:
-    raise ValueError(
-        f'rotary_dim={rotary_dim} is larger than head_dim={head_dim}; use rotary_dim <= head_dim.')
-  return rotary_dim
-
-
-def inv_frequencies(rotary_dim: int, base: float = 10000.0,
-                    scaling: Scaling | None = None) -> np.ndarray:
+def inv_frequencies(rotary_dim: int, config: RopeConfig = RopeConfig()) -> np.ndarray:
   """The frequencies theta_i, i = 0 .. rotary_dim/2 - 1, as float32 [rotary_dim // 2]."""
   check_rotary_dim(rotary_dim, rotary_dim)
-  if not base > 1.0:
-    raise ValueError(f'RoPE base must be > 1, got {base}.')
-  scaling = scaling or Scaling()
-  d, s = rotary_dim, float(scaling.factor)
+  d, s, base = rotary_dim, float(config.scaling_factor), config.base
+  length = config.original_max_length
   exponents = np.arange(0, d, 2, dtype=np.float64) / d  # 2i/d
-  if scaling.kind == 'ntk' and d > 2:
+  if config.scaling == 'ntk' and d > 2:
     base = base * s ** (d / (d - 2))
   theta = base ** -exponents
-  if scaling.kind == 'linear':
+  if config.scaling == 'linear':
     theta = theta / s
-  elif scaling.kind == 'yarn':
-    rotations = scaling.original_max_length * theta / (2 * math.pi)  # turns over the context
-    ramp = np.clip((rotations - scaling.beta_slow) / (scaling.beta_fast - scaling.beta_slow),
-                   0.0, 1.0)  # 0: interpolate fully, 1: keep
+  elif config.scaling == 'yarn':
+    rotations = length * theta / (2 * math.pi)  # turns over the context
+    ramp = np.clip((rotations - config.yarn_beta_slow) /
+                   (config.yarn_beta_fast - config.yarn_beta_slow), 0.0, 1.0)  # 1: keep
     theta = (1.0 - ramp) * theta / s + ramp * theta
-  elif scaling.kind == 'llama3':
+  elif config.scaling == 'llama3':
+    low, high = config.llama3_low_freq_factor, config.llama3_high_freq_factor
     wavelength = 2 * math.pi / theta
-    low_wavelength = scaling.original_max_length / scaling.low_freq_factor
-    high_wavelength = scaling.original_max_length / scaling.high_freq_factor
-    smooth = ((scaling.original_max_length / wavelength - scaling.low_freq_factor) /
-              (scaling.high_freq_factor - scaling.low_freq_factor))
+    smooth = (length / wavelength - low) / (high - low)
     blended = (1.0 - smooth) * theta / s + smooth * theta
-    theta = np.where(wavelength < high_wavelength, theta,
-                     np.where(wavelength > low_wavelength, theta / s, blended))
+    theta = np.where(wavelength < length / high, theta,
+                     np.where(wavelength > length / low, theta / s, blended))
   return theta.astype(np.float32)

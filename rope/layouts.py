@@ -17,16 +17,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from rope import frequencies
-from rope import rotary
+from rope.config import check_layout, check_rotary_dim
 
 
 def layout_permutation(head_dim: int, *, src: str, dst: str,
                        rotary_dim: int | None = None) -> np.ndarray:
   """Index array p of length head_dim with x_dst = x_src[..., p] for one head's features."""
-  rotary.check_layout(src)
-  rotary.check_layout(dst)
-  dim = frequencies.check_rotary_dim(head_dim, rotary_dim)
+  check_layout(src)
+  check_layout(dst)
+  dim = check_rotary_dim(head_dim, rotary_dim)
   perm = np.arange(head_dim)
   if src == dst:
     return perm

@@ -61,8 +61,8 @@ def linear_attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
   if rotary is not None:
     rq = rotary.apply(phi_q, tables, role='query')
     rk = rotary.apply(phi_k, tables, role='key')
-  kv_BxHxDxE = jnp.einsum('blhd,blhe->bhde', rk, v32)
-  numerator_BxLxHxE = jnp.einsum('blhd,bhde->blhe', rq, kv_BxHxDxE)
+  kv_BxHxDxU = jnp.einsum('BLHD,BLHU->BHDU', rk, v32)
+  numerator_BxLxHxU = jnp.einsum('BLHD,BHDU->BLHU', rq, kv_BxHxDxU)
   k_sum_BxHxD = jnp.sum(phi_k, axis=1)
-  normaliser_BxLxH = jnp.einsum('blhd,bhd->blh', phi_q, k_sum_BxHxD)
-  return (numerator_BxLxHxE / (normaliser_BxLxH[..., None] + eps)).astype(v.dtype)
+  normaliser_BxLxH = jnp.einsum('BLHD,BHD->BLH', phi_q, k_sum_BxHxD)
+  return (numerator_BxLxHxU / (normaliser_BxLxH[..., None] + eps)).astype(v.dtype)

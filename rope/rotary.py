@@ -37,14 +37,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from rope import frequencies
+from rope.config import RopeConfig, check_layout, check_rotary_dim
 
-LAYOUTS = ('interleaved', 'half')
 ROLES = ('query', 'key', 'value')
-
-
-def check_layout(layout: str) -> None:
-  if layout not in LAYOUTS:
-    raise ValueError(f'Unknown RoPE layout {layout!r}; valid choices: {", ".join(LAYOUTS)}.')
 
 
 def sincos_one(m: jax.Array, theta_P: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -89,10 +84,10 @@ def _check_shapes(x: jax.Array, positions: jax.Array) -> None:
                      f'positions must be [..., length] = {x.shape[:-2]}.')
 
 
-def _lift(fn, x_NxLxHxD_ndim: int):
+def _lift(fn, x_ndim: int):
   """vmaps ``fn(x_D, *per_position)`` over heads (shared position), length and leading dims."""
   fn = jax.vmap(fn, in_axes=(0,) + (None,) * 2)  # heads share their position's sin/cos
-  for _ in range(x_NxLxHxD_ndim - 2):  # length, then every leading (batch) dim
+  for _ in range(x_ndim - 2):  # length, then every leading (batch) dim
     fn = jax.vmap(fn)
   return fn
 
@@ -104,7 +99,7 @@ def apply_rotary_sincos(x: jax.Array, sin: jax.Array, cos: jax.Array, *,
   Only the first ``rotary_dim`` features are rotated; the rest pass through bit-identical.
   """
   check_layout(layout)
-  rotary_dim = frequencies.check_rotary_dim(x.shape[-1], rotary_dim)
+  rotary_dim = check_rotary_dim(x.shape[-1], rotary_dim)
   _check_shapes(x, sin[..., 0])
   if sin.shape[-1] != rotary_dim // 2 or cos.shape != sin.shape:
     raise ValueError(f'sin/cos of shape {sin.shape}/{cos.shape} do not fit rotary_dim='
@@ -119,14 +114,14 @@ def apply_rotary_sincos(x: jax.Array, sin: jax.Array, cos: jax.Array, *,
 def _materialize(arrays: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
   """Returns the arrays unchanged, computed once instead of inside every consumer.
 
-  XLA (measured on CPU) fuses sin/cos into each op that uses the tables and so recomputes them
-  for every head of every layer: 8-16x slower than the rotation itself. A matmul by the
-  identity at HIGHEST precision is exact (x * 1 + 0 + ...) and is a fusion boundary, so the
-  tables are computed once. ``jax.lax.optimization_barrier`` does not survive CPU compilation.
+  XLA (measured on CPU, see benchmarks/README.md) fuses sin/cos into each op that uses the
+  tables and so recomputes them for every head of every layer. A matmul by the identity at
+  HIGHEST precision is exact (x * 1 + 0 + ...) and is a fusion boundary, so the tables are
+  computed once. ``jax.lax.optimization_barrier`` does not survive CPU compilation.
   """
   stacked = jnp.stack(arrays)
   eye = jnp.eye(stacked.shape[-1], dtype=stacked.dtype)
-  stacked = jnp.einsum('...p,pq->...q', stacked, eye, precision=jax.lax.Precision.HIGHEST)
+  stacked = jnp.matmul(stacked, eye, precision=jax.lax.Precision.HIGHEST)
   return tuple(stacked)
 
 
@@ -144,38 +139,20 @@ class RotaryTables(NamedTuple):
   xpos: jax.Array | None = None
 
 
-@dataclasses.dataclass(frozen=True)
-class Rotary:
-  """A RoPE variant: frequencies, layout, partial rotary, scaling and xPos.
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Rotary(RopeConfig):
+  """A RoPE variant (the ``RopeConfig`` options) for heads of ``head_dim`` features.
 
-  Attributes:
-    head_dim: features per head (even).
-    base: theta_i = base^(-2i/rotary_dim).
-    layout: 'interleaved' (pairs (2i, 2i+1), the paper) or 'half' (pairs (i, i + d/2)).
-    rotary_dim: rotate the first rotary_dim features only (None: all); even, <= head_dim.
-    scaling: a ``frequencies.Scaling`` variant for length extrapolation, or None.
-    xpos: xPos (Sun et al. 2022, "A Length-Extrapolatable Transformer"): queries at position m
-      are multiplied per pair by zeta_i^(m / xpos_scale_base) and keys by zeta_i^(-m /
-      xpos_scale_base), zeta_i = (2i/d + 0.4) / 1.4, so q.k decays with (m - n). Scales grow
-      exponentially with |m|: keep positions within a few multiples of xpos_scale_base.
-    xpos_scale_base: the xPos length scale.
+  ``tables(positions)`` computes sin/cos (and xPos scales) once per forward pass;
+  ``apply(x, tables, role)`` is shared by every layer. xPos scales grow exponentially with |m|:
+  keep positions within a few multiples of ``xpos_scale_base``.
   """
 
   head_dim: int
-  base: float = 10000.0
-  layout: str = 'interleaved'
-  rotary_dim: int | None = None
-  scaling: frequencies.Scaling | None = None
-  xpos: bool = False
-  xpos_scale_base: float = 512.0
 
   def __post_init__(self):
-    check_layout(self.layout)
-    frequencies.check_rotary_dim(self.head_dim, self.rotary_dim)
-    if not self.base > 1.0:
-      raise ValueError(f'RoPE base must be > 1, got {self.base}.')
-    if not self.xpos_scale_base > 0:
-      raise ValueError(f'xpos_scale_base must be > 0, got {self.xpos_scale_base}.')
+    super().__post_init__()
+    check_rotary_dim(self.head_dim, self.rotary_dim)
 
   @property
   def dim(self) -> int:
@@ -185,12 +162,7 @@ class Rotary:
   @property
   def theta(self) -> np.ndarray:
     """float32 [dim/2]: the (possibly scaled) frequencies."""
-    return frequencies.inv_frequencies(self.dim, self.base, self.scaling)
-
-  @property
-  def attention_factor(self) -> float:
-    """YaRN's multiplier on queries and keys (1 for everything else)."""
-    return self.scaling.attention_factor if self.scaling else 1.0
+    return frequencies.inv_frequencies(self.dim, self)
 
   def tables(self, positions: jax.Array) -> RotaryTables:
     """sin/cos (and xPos scales) for positions [...] (int or float): float32 [..., dim/2]."""
@@ -225,17 +197,21 @@ class Rotary:
     return apply_rotary_sincos(x, sin, cos, layout=self.layout, rotary_dim=self.rotary_dim)
 
 
-@functools.partial(jax.jit, static_argnames=('base', 'layout', 'rotary_dim', 'scaling'))
-def apply_rotary(x: jax.Array, positions: jax.Array, *, base: float = 10000.0,
-                 layout: str = 'interleaved', rotary_dim: int | None = None,
-                 scaling: frequencies.Scaling | None = None) -> jax.Array:
+def apply_rotary(x: jax.Array, positions: jax.Array, **options) -> jax.Array:
   """Applies RoPE to x [..., length, heads, head_dim] at positions [..., length].
 
-  Positions are explicit (int or float): offsets, packed sequences restarting at 0 and
-  per-example positions all work. Returns an array of x's shape and dtype. YaRN's attention
-  temperature is not applied here (use ``Rotary.apply`` with role='query'/'key').
+  ``options`` are ``RopeConfig`` fields (base, layout, rotary_dim, scaling, ...). Positions are
+  explicit (int or float): offsets, packed sequences restarting at 0 and per-example positions
+  all work. Returns an array of x's shape and dtype. Only the rotation: YaRN's temperature and
+  xPos act on queries and keys (``Rotary.apply`` with role='query'/'key').
   """
-  rotary = Rotary(x.shape[-1], base=base, layout=layout, rotary_dim=rotary_dim, scaling=scaling)
-  _check_shapes(x, jnp.asarray(positions))
+  positions = jnp.asarray(positions)
+  _check_shapes(x, positions)
+  return _apply_rotary(x, positions, Rotary(head_dim=x.shape[-1], **options))
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def _apply_rotary(x: jax.Array, positions: jax.Array, rotary: Rotary) -> jax.Array:
   tables = rotary.tables(positions)
-  return apply_rotary_sincos(x, tables.sin, tables.cos, layout=layout, rotary_dim=rotary_dim)
+  return apply_rotary_sincos(x, tables.sin, tables.cos, layout=rotary.layout,
+                             rotary_dim=rotary.rotary_dim)

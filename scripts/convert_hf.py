@@ -11,7 +11,7 @@ pytorch_model.bin or flax_model.msgpack) of ``RoFormerModel`` or
   OUT/hf_conversion.json   ModelConfig fields, config overrides, has_head, unused keys
 
 and prints the ``--config.*`` overrides that make ``configs/default.py`` describe this model.
-Load it back with ``models.hf.load_converted(OUT)`` (``.model()`` builds the Classifier). A
+Load it back with ``training.checkpoints.load_converted(OUT)`` (``.model()`` builds the Classifier). A
 checkpoint without a classification head gets a fresh head initialised from ``--seed``.
 """
 
@@ -25,7 +25,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import jax  # pylint: disable=g-import-not-at-top
 
+from configs import default  # pylint: disable=g-import-not-at-top
 from models import hf  # pylint: disable=g-import-not-at-top
+from training import checkpoints  # pylint: disable=g-import-not-at-top
+from training import validation  # pylint: disable=g-import-not-at-top
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -44,9 +47,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def convert(args: argparse.Namespace) -> hf.HFRoFormer:
   changes = {} if args.type_vocab_size is None else {'type_vocab_size': args.type_vocab_size}
-  result = hf.load_hf_roformer(args.hf_dir, num_classes=args.num_classes, layout=args.layout,
-                               key=jax.random.key(args.seed), **changes)
-  hf.save_converted(result, args.out, source=os.path.abspath(args.hf_dir))
+  # The fields HF RoFormer does not define (e.g. model.attention_impl) are configs/default.py's.
+  base = validation.model_config(default.get_config(), vocab_size=1, num_classes=1)
+  result = hf.load_hf_roformer(args.hf_dir, base, num_classes=args.num_classes,
+                               layout=args.layout, key=jax.random.key(args.seed), **changes)
+  checkpoints.save_converted(result, args.out, source=os.path.abspath(args.hf_dir))
   return result
 
 

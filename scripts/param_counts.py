@@ -20,6 +20,7 @@ import jax  # pylint: disable=g-import-not-at-top
 
 import models  # pylint: disable=g-import-not-at-top
 from configs.default import get_config  # pylint: disable=g-import-not-at-top
+from training import validation  # pylint: disable=g-import-not-at-top
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -39,7 +40,7 @@ def count(size: str, position: str, attention: str, *, vocab_size: int,
   config.model.size = size
   config.model.position = position
   config.model.attention = attention
-  cfg = models.ModelConfig.from_config(config, vocab_size=vocab_size, num_classes=num_classes)
+  cfg = validation.model_config(config, vocab_size=vocab_size, num_classes=num_classes)
   _, params = jax.eval_shape(functools.partial(models.init, cfg), jax.random.key(0))
   return models.count_params(params)
 

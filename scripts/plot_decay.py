@@ -10,7 +10,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import app, flags  # pylint: disable=g-import-not-at-top
 
-from analysis import plots
+from experiments import plots  # pylint: disable=g-import-not-at-top
 
 flags.DEFINE_string('out', 'decay.png', 'Output PNG.')
 flags.DEFINE_integer('head_dim', 128, 'Head dimension d.')

@@ -1,8 +1,25 @@
-"""Shared fixtures: one TFDS data_dir per test process, so embedded datasets are generated once."""
+"""Shared fixtures: one TFDS data_dir per test process (embedded datasets are generated once),
+and the tiny run config the training tests start from."""
 
 import pytest
+
+from configs import tiny
 
 
 @pytest.fixture(scope='session')
 def tfds_dir(tmp_path_factory):
   return str(tmp_path_factory.mktemp('tfds'))
+
+
+@pytest.fixture(scope='session')
+def run_config(tfds_dir):
+  """``run_config(**{'group.field': value})``: configs/tiny.py on this process's TFDS data_dir,
+  with dotted overrides."""
+
+  def make(**overrides):
+    config = tiny.get_config()
+    config.data.data_dir = tfds_dir
+    config.update_from_flattened_dict(overrides)
+    return config
+
+  return make

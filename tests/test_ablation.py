@@ -4,17 +4,19 @@ import os
 
 import pytest
 
-from analysis import report
 from configs.ablation import probes
-from training import ablation, trainer
+from experiments import ablation
+from experiments import report
+from training import trainer
 
 
-def tiny_ablation(data_dir):
+@pytest.fixture
+def tiny_ablation(tfds_dir):
   c = probes.get_config()
   c.ablation.positions = 'none,rotary'
   c.ablation.attentions = 'softmax'
   c.ablation.num_seeds = 2
-  c.data.data_dir = data_dir
+  c.data.data_dir = tfds_dir
   c.train.num_steps = 8
   c.train.eval_every = 4
   c.train.checkpoint_every = 8
@@ -24,10 +26,24 @@ def tiny_ablation(data_dir):
   return c
 
 
+@pytest.fixture
+def trained(monkeypatch):
+  """The run directories the ablation trains, in order."""
+  calls = []
+  real = trainer.train_and_evaluate
+
+  def counting(config, run_dir):
+    calls.append(run_dir)
+    return real(config, run_dir)
+
+  monkeypatch.setattr(trainer, 'train_and_evaluate', counting)
+  return calls
+
+
 def test_grid_select_and_names():
   c = probes.get_config()
   c.ablation.attentions = 'softmax,linear'
-  cells = ablation.grid(c)
+  cells = ablation.check_grid(c)
   assert len(cells) == 14
   assert cells[0].name == 'position_probes-order/none'
   assert cells[7].name == 'position_probes-order/none-linear'
@@ -35,23 +51,19 @@ def test_grid_select_and_names():
   assert len(ablation.select(cells, '*/rotary*')) == 2
   with pytest.raises(ValueError, match='matches no run'):
     ablation.select(cells, '*/nope')
+  c.ablation.positions = 'rotary,rotray'
+  with pytest.raises(ValueError, match="ablation.positions names 'rotray'"):
+    ablation.check_grid(c)
 
 
-def test_tiny_ablation_runs_resumes_and_reports(tmp_path, tfds_dir):
-  config = tiny_ablation(tfds_dir)
+def test_tiny_ablation_runs_resumes_and_reports(tmp_path, tiny_ablation, trained):
   workdir = str(tmp_path / 'ablation')
-  calls = []
-
-  def counting_train(cfg, run_dir):
-    calls.append(run_dir)
-    return trainer.train_and_evaluate(cfg, run_dir)
-
+  cells = ablation.check_grid(tiny_ablation)
   # An "interrupted" sweep: only the first cell ran.
-  ablation.run_grid(config, workdir, only='*/none', train_fn=counting_train)
-  assert len(calls) == 1
-  md = ablation.run_grid(config, workdir, command='python ablate.py ...',
-                         train_fn=counting_train)
-  assert len(calls) == 2 and calls[1].endswith('rotary')  # the finished run was skipped
+  ablation.run_grid(tiny_ablation, workdir, ablation.select(cells, '*/none'))
+  assert len(trained) == 1
+  md = ablation.run_grid(tiny_ablation, workdir, cells, command='python ablate.py ...')
+  assert len(trained) == 2 and trained[1].endswith('rotary')  # the finished run was skipped
   for name in ('report.md', 'results.csv', 'results.json', 'rope_decay.png',
                'curves_position_probes_order.png', 'extrapolation_position_probes_order.png'):
     assert os.path.exists(os.path.join(workdir, name)), name
@@ -62,17 +74,16 @@ def test_tiny_ablation_runs_resumes_and_reports(tmp_path, tfds_dir):
   # 2 runs x 2 seeds x (validation + 3 test splits) rows, plus the header.
   assert len(lines) == 1 + 2 * 2 * 4
   # Rebuilding the report needs no training.
-  cells = ablation.grid(config)
-  assert ablation.build_report(config, workdir, cells, command='x') .startswith('# Position')
-  assert len(calls) == 2
+  assert ablation.build_report(tiny_ablation, workdir, cells, command='x').startswith('# Position')
+  assert len(trained) == 2
 
 
-def test_not_applicable_cell_is_reported(tmp_path, tfds_dir):
-  config = tiny_ablation(tfds_dir)
-  config.ablation.positions = 'shaw'
-  config.ablation.attentions = 'linear'
+def test_not_applicable_cell_is_reported(tmp_path, tiny_ablation, trained):
+  tiny_ablation.ablation.positions = 'shaw'
+  tiny_ablation.ablation.attentions = 'linear'
   workdir = str(tmp_path / 'na')
-  md = ablation.run_grid(config, workdir, train_fn=lambda *a: pytest.fail('must not train'))
+  md = ablation.run_grid(tiny_ablation, workdir, ablation.check_grid(tiny_ablation))
+  assert not trained
   run = report.load_run(os.path.join(workdir, 'position_probes-order/shaw-linear'))
   assert run.not_applicable and 'linear' in run.not_applicable
   assert 'shaw (linear)' in md

@@ -17,6 +17,7 @@ import tensorflow_datasets as tfds
 
 import data
 from configs import default
+from data import datasets
 from data import files as files_lib
 from data import fortunes
 from data import listops
@@ -29,6 +30,18 @@ def _config(**overrides):
   config = default.get_config().data
   config.update(overrides)
   return config
+
+
+def info_of(config, workdir=None):
+  return datasets.load(config, workdir).info
+
+
+def train_batches(config, *, workdir=None, **kwargs):
+  return datasets.load(config, workdir).train_batches(**kwargs)
+
+
+def eval_batches(config, split, *, workdir=None, **kwargs):
+  return datasets.load(config, workdir).eval_batches(split, **kwargs)
 
 
 def _take(iterator, n):
@@ -58,12 +71,12 @@ def test_byte_tokenizer_round_trip(texts, length):
   ids = tokenizer.encode_batch(tf.constant(texts, tf.string), length).numpy()
   assert ids.shape == (len(texts), length) and ids.dtype == np.int32
   for text, row in zip(texts, ids):
-    assert row[0] == data.CLS_ID
+    assert row[0] == tokenizers.CLS_ID
     body = text[:length - 1]
     assert tokenizer.decode(row) == body
-    assert (row[1 + len(body):] == data.PAD_ID).all()
+    assert (row[1 + len(body):] == tokenizers.PAD_ID).all()
     assert (row[1:1 + len(body)] >= tokenizers.NUM_SPECIAL).all()
-    assert (row < data.BYTE_VOCAB_SIZE).all()
+    assert (row < tokenizers.BYTE_VOCAB_SIZE).all()
 
 
 def test_byte_tokenizer_non_utf8_and_empty():
@@ -89,8 +102,8 @@ def test_sentencepiece_trained_offline_and_cached(tmp_path):
   texts = [b'the cat sat', b'', b'bad \xff bytes', b'the dog sat on the mat ' * 20]
   ids = cached.encode_batch(tf.constant(texts), 16).numpy()
   np.testing.assert_array_equal(ids, tok.encode_batch(tf.constant(texts), 16).numpy())
-  assert ids.shape == (4, 16) and (ids[:, 0] == data.CLS_ID).all()
-  assert (ids[1, 1:] == data.PAD_ID).all() and (ids[3] != data.PAD_ID).all()
+  assert ids.shape == (4, 16) and (ids[:, 0] == tokenizers.CLS_ID).all()
+  assert (ids[1, 1:] == tokenizers.PAD_ID).all() and (ids[3] != tokenizers.PAD_ID).all()
   assert (ids < cached.vocab_size).all()
   assert cached.decode(ids[0]) == b'the cat sat'
   with pytest.raises(ValueError, match='spm.model was trained for'):
@@ -104,12 +117,12 @@ def test_sentencepiece_through_the_pipeline(tmp_path):
   config = _config(name='files', train_files=train, tokenizer='sentencepiece', sp_vocab_size=80,
                    max_length=12)
   workdir = str(tmp_path / 'work')
-  info = data.get_info(config, workdir=workdir)
+  info = info_of(config, workdir=workdir)
   assert info.vocab_size <= 80 and os.path.exists(os.path.join(workdir, 'spm.model'))
-  batch = next(data.train_iterator(config, workdir=workdir, seed=0, global_batch_size=4))
+  batch = next(train_batches(config, workdir=workdir, seed=0, global_batch_size=4))
   assert batch['inputs'].shape == (4, 12) and (batch['inputs'] < info.vocab_size).all()
   with pytest.raises(ValueError, match='needs a workdir'):
-    data.get_info(config, workdir=None)
+    info_of(config, workdir=None)
 
 
 # ---------------------------------------------------------------- files
@@ -123,30 +136,30 @@ def test_files_csv_tsv_jsonl_with_string_labels(tmp_path):
   config = _config(name='files', train_files=f'{train_csv}, {train_tsv}',
                    validation_files=validation, max_length=16)
   workdir = str(tmp_path / 'work')
-  info = data.get_info(config, workdir=workdir)
+  info = info_of(config, workdir=workdir)
   assert info.class_names == ('neg', 'pos') and info.num_classes == 2
   assert info.num_train_examples == 3 and info.eval_splits == {'validation': 16, 'test': 16}
   with open(os.path.join(workdir, 'classes.json')) as f:
     assert json.load(f) == {'class_names': ['neg', 'pos'], 'integer_labels': False}
   # The test split defaults to the validation files.
-  batches = _take(data.eval_iterator(config, 'test', workdir=workdir, global_batch_size=4), 5)
+  batches = _take(eval_batches(config, 'test', workdir=workdir, global_batch_size=4), 5)
   assert len(batches) == 1
   np.testing.assert_array_equal(batches[0]['label'], [1, 0, 0, 0])
   np.testing.assert_array_equal(batches[0]['weight'], [1, 1, 0, 0])
   assert tokenizers.ByteTokenizer().decode(batches[0]['inputs'][0]) == b'fine'
-  assert (batches[0]['inputs'][1, 1:] == data.PAD_ID).all()  # Empty text: [CLS] only.
+  assert (batches[0]['inputs'][1, 1:] == tokenizers.PAD_ID).all()  # Empty text: [CLS] only.
 
 
 def test_files_classes_json_is_reused(tmp_path):
   workdir = str(tmp_path / 'work')
   first = _write(tmp_path / 'first.csv', 'text,label\nx,b\ny,c\nz,a\n')
-  assert data.get_info(_config(name='files', train_files=first),
+  assert info_of(_config(name='files', train_files=first),
                        workdir=workdir).class_names == ('a', 'b', 'c')
   # A later run whose files lack class 'a' keeps the saved ids.
   later = _write(tmp_path / 'later.csv', 'text,label\nx,b\ny,c\n')
   config = _config(name='files', train_files=later, validation_files=later)
-  assert data.get_info(config, workdir=workdir).class_names == ('a', 'b', 'c')
-  batch = next(data.eval_iterator(config, 'validation', workdir=workdir, global_batch_size=2))
+  assert info_of(config, workdir=workdir).class_names == ('a', 'b', 'c')
+  batch = next(eval_batches(config, 'validation', workdir=workdir, global_batch_size=2))
   np.testing.assert_array_equal(batch['label'], [1, 2])
 
 
@@ -154,53 +167,53 @@ def test_files_integer_labels_and_range_error(tmp_path):
   train = _write(tmp_path / 'train.jsonl', ''.join(
       json.dumps({'text': f't{i}', 'label': i % 3}) + '\n' for i in range(6)))
   good = _write(tmp_path / 'good.tsv', 'text\tlabel\nu\t2\n')
-  info = data.get_info(_config(name='files', train_files=train, validation_files=good),
+  info = info_of(_config(name='files', train_files=train, validation_files=good),
                        workdir=None)
   assert info.class_names == ('0', '1', '2')
   bad = _write(tmp_path / 'bad.csv', 'text,label\nu,1\nv,3\n')
   with pytest.raises(ValueError, match=r'bad\.csv, row 2 \(line 3\): label 3 is outside'):
-    data.get_info(_config(name='files', train_files=train, validation_files=bad), workdir=None)
+    info_of(_config(name='files', train_files=train, validation_files=bad), workdir=None)
   negative = _write(tmp_path / 'negative.csv', 'text,label\nu,1\nv,-1\n')
   with pytest.raises(ValueError, match=r'negative\.csv, row 2'):
-    data.get_info(_config(name='files', train_files=negative), workdir=None)
+    info_of(_config(name='files', train_files=negative), workdir=None)
   unknown = _write(tmp_path / 'unknown.csv', 'text,label\nu,x\n')
   with pytest.raises(ValueError, match=r'unknown\.csv, row 1 \(line 2\): label .x. is not'):
-    data.get_info(_config(name='files', train_files=train, validation_files=unknown),
+    info_of(_config(name='files', train_files=train, validation_files=unknown),
                   workdir=None)
 
 
 def test_files_non_utf8_bytes_are_kept(tmp_path):
   train = _write(tmp_path / 'train.csv', b'text,label\n"caf\xe9 \xff",a\n,b\n')
   config = _config(name='files', train_files=train, validation_files=train, max_length=8)
-  batch = next(data.eval_iterator(config, 'validation', workdir=None, global_batch_size=2))
+  batch = next(eval_batches(config, 'validation', workdir=None, global_batch_size=2))
   assert tokenizers.ByteTokenizer().decode(batch['inputs'][0]) == b'caf\xe9 \xff'
   np.testing.assert_array_equal(batch['inputs'][1], [1] + [0] * 7)
 
 
 def test_files_errors(tmp_path):
   with pytest.raises(ValueError, match='needs data.train_files'):
-    data.get_info(_config(name='files'), workdir=None)
+    info_of(_config(name='files'), workdir=None)
   with pytest.raises(FileNotFoundError, match='missing.csv'):
-    data.get_info(_config(name='files', train_files=str(tmp_path / 'missing.csv')), workdir=None)
+    info_of(_config(name='files', train_files=str(tmp_path / 'missing.csv')), workdir=None)
   no_column = _write(tmp_path / 'x.csv', 'sentence,label\na,b\n')
   with pytest.raises(ValueError, match="no column 'text'"):
-    data.get_info(_config(name='files', train_files=no_column), workdir=None)
+    info_of(_config(name='files', train_files=no_column), workdir=None)
   with pytest.raises(ValueError, match='unknown extension'):
-    data.get_info(_config(name='files', train_files=_write(tmp_path / 'x.txt', 'a')),
+    info_of(_config(name='files', train_files=_write(tmp_path / 'x.txt', 'a')),
                   workdir=None)
   empty_label = _write(tmp_path / 'e.csv', 'text,label\na,\n')
   with pytest.raises(ValueError, match=r'e\.csv, row 1 \(line 2\): empty label'):
-    data.get_info(_config(name='files', train_files=empty_label), workdir=None)
+    info_of(_config(name='files', train_files=empty_label), workdir=None)
 
 
 def test_files_holdout_validation(tmp_path):
   config = _config(name='files', train_files=_csv_dataset(tmp_path, 50))
-  info = data.get_info(config, workdir=None)
+  info = info_of(config, workdir=None)
   assert info.num_train_examples == 45
   train_texts, _ = files_lib.FilesSource(
       train_files=config.train_files, validation_files='', test_files='', text_column='text',
       label_column='label', workdir=None).read('train')
-  held_out = [tokenizers.ByteTokenizer().decode(row) for batch in data.eval_iterator(
+  held_out = [tokenizers.ByteTokenizer().decode(row) for batch in eval_batches(
       config, 'validation', workdir=None, global_batch_size=8) for row, w in
       zip(batch['inputs'], batch['weight']) if w]
   assert len(held_out) == 5 and not set(held_out) & set(train_texts)
@@ -211,14 +224,15 @@ def test_files_holdout_validation(tmp_path):
 
 def test_batches_shapes_dtypes_cls_positions(tmp_path):
   config = _config(name='files', train_files=_csv_dataset(tmp_path, 30), max_length=12)
-  batch = next(data.train_iterator(config, workdir=None, seed=0, global_batch_size=8))
-  assert set(batch) == {'inputs', 'positions', 'label', 'weight'}
+  batch = next(train_batches(config, workdir=None, seed=0, global_batch_size=8))
+  assert set(batch) == {'inputs', 'positions', 'mask', 'label', 'weight'}
   assert batch['inputs'].shape == (8, 12) and batch['inputs'].dtype == np.int32
   assert batch['positions'].shape == (8, 12) and batch['positions'].dtype == np.int32
   assert batch['label'].shape == (8,) and batch['label'].dtype == np.int32
   assert batch['weight'].shape == (8,) and batch['weight'].dtype == np.float32
-  assert (batch['inputs'][:, 0] == data.CLS_ID).all() and (batch['weight'] == 1).all()
-  real = batch['inputs'] != data.PAD_ID
+  assert (batch['inputs'][:, 0] == tokenizers.CLS_ID).all() and (batch['weight'] == 1).all()
+  real = batch['inputs'] != tokenizers.PAD_ID
+  np.testing.assert_array_equal(batch['mask'], real)
   lengths = [1 + len(tokenizers.ByteTokenizer().decode(row)) for row in batch['inputs']]
   np.testing.assert_array_equal(real.sum(1), lengths)
   np.testing.assert_array_equal(batch['positions'], np.where(real, np.arange(12), 0))
@@ -230,28 +244,28 @@ def test_train_resume_is_identical_and_epochs_reshuffle(tmp_path):
   config = _config(name='files', train_files=_csv_dataset(tmp_path, 23), max_length=16)
   validation = _write(tmp_path / 'v.csv', 'text,label\nv,0\n')
   config.validation_files = validation
-  fresh = _take(data.train_iterator(config, workdir=None, seed=3, global_batch_size=4), 7)
-  resumed = _take(data.train_iterator(config, workdir=None, seed=3, global_batch_size=4,
+  fresh = _take(train_batches(config, workdir=None, seed=3, global_batch_size=4), 7)
+  resumed = _take(train_batches(config, workdir=None, seed=3, global_batch_size=4,
                                       start_step=5), 2)
   for a, b in zip(fresh[5:], resumed):
     for key in a:
       np.testing.assert_array_equal(a[key], b[key])
   # Epochs: 23 examples, 4 per batch; every epoch is a permutation, and the order changes.
-  long = _take(data.train_iterator(config, workdir=None, seed=3, global_batch_size=4), 24)
+  long = _take(train_batches(config, workdir=None, seed=3, global_batch_size=4), 24)
   texts = [bytes(r) for b in long for r in b['inputs']]
   epochs = [texts[i * 23:(i + 1) * 23] for i in range(4)]
   for epoch in epochs:
     assert len(set(epoch)) == 23
   assert epochs[0] != epochs[1]
-  other_seed = _take(data.train_iterator(config, workdir=None, seed=4, global_batch_size=4), 6)
+  other_seed = _take(train_batches(config, workdir=None, seed=4, global_batch_size=4), 6)
   assert [bytes(r) for b in other_seed for r in b['inputs']] != texts[:24]
 
 
 def test_process_rows_make_the_global_batch(tmp_path):
   config = _config(name='files', train_files=_csv_dataset(tmp_path, 40), validation_files=
                    _write(tmp_path / 'v.csv', 'text,label\nv,0\n'), max_length=16)
-  whole = _take(data.train_iterator(config, workdir=None, seed=0, global_batch_size=8), 6)
-  parts = [_take(data.train_iterator(config, workdir=None, seed=0, global_batch_size=8,
+  whole = _take(train_batches(config, workdir=None, seed=0, global_batch_size=8), 6)
+  parts = [_take(train_batches(config, workdir=None, seed=0, global_batch_size=8,
                                      process_index=index, process_count=2, start_step=1), 5)
            for index in range(2)]
   for step in range(1, 6):  # Process p's rows of global batch s, from any start step.
@@ -260,7 +274,7 @@ def test_process_rows_make_the_global_batch(tmp_path):
           np.concatenate([parts[0][step - 1][key], parts[1][step - 1][key]]), whole[step][key])
   assert len({bytes(r) for b in whole[:5] for r in b['inputs']}) == 40  # 5 x 8: one epoch.
   with pytest.raises(ValueError, match='not a positive multiple'):
-    data.train_iterator(config, workdir=None, seed=0, global_batch_size=9, process_count=2,
+    train_batches(config, workdir=None, seed=0, global_batch_size=9, process_count=2,
                         process_index=0)
   # TFDS sources read each host's part of the split only (tfds.even_splits).
   tiny = position_probes.PositionProbesConfig(name='tiny', task='nearest', length=16,
@@ -279,7 +293,7 @@ def test_process_rows_make_the_global_batch(tmp_path):
 def test_eval_multihost_covers_every_example_once(tmp_path, count):
   train = _csv_dataset(tmp_path, 11)
   config = _config(name='files', train_files=train, validation_files=train, max_length=16)
-  per_host = [_take(data.eval_iterator(config, 'validation', workdir=None,
+  per_host = [_take(eval_batches(config, 'validation', workdir=None,
                                        global_batch_size=2 * count, process_index=i,
                                        process_count=count), 100) for i in range(count)]
   assert len({len(batches) for batches in per_host}) == 1  # Same number of batches everywhere.
@@ -289,35 +303,35 @@ def test_eval_multihost_covers_every_example_once(tmp_path, count):
   assert seen == collections.Counter(f'example {i}'.encode() for i in range(11))
   for batches in per_host:
     for b in batches:
-      assert (b['inputs'][b['weight'] == 0, 1:] == data.PAD_ID).all()
+      assert (b['inputs'][b['weight'] == 0, 1:] == tokenizers.PAD_ID).all()
 
 
 def test_eval_max_length_override(tmp_path):
   config = _config(name='files', train_files=_csv_dataset(tmp_path, 10), max_length=8)
-  natural = next(data.eval_iterator(config, 'validation', workdir=None, global_batch_size=2))
-  longer = next(data.eval_iterator(config, 'validation', workdir=None, global_batch_size=2,
+  natural = next(eval_batches(config, 'validation', workdir=None, global_batch_size=2))
+  longer = next(eval_batches(config, 'validation', workdir=None, global_batch_size=2,
                                    max_length=32))
   assert natural['inputs'].shape == (2, 8) and longer['inputs'].shape == (2, 32)
   np.testing.assert_array_equal(longer['inputs'][:, :8], natural['inputs'])  # Short texts.
   with pytest.raises(ValueError, match="no split 'test_128'"):
-    data.eval_iterator(config, 'test_128', workdir=None, global_batch_size=2)
+    eval_batches(config, 'test_128', workdir=None, global_batch_size=2)
 
 
 def test_unknown_name_lists_valid_names():
   with pytest.raises(ValueError, match=r"Unknown data.name 'mnist'.*position_probes/order.*files"):
-    data.get_info(_config(name='mnist'), workdir=None)
+    info_of(_config(name='mnist'), workdir=None)
   with pytest.raises(ValueError, match='Unknown data.tokenizer'):
-    data.get_info(_config(tokenizer='wordpiece'), workdir=None)
+    info_of(_config(tokenizer='wordpiece'), workdir=None)
 
 
 # ---------------------------------------------------------------- TFDS text datasets
 
 
-@pytest.mark.parametrize('name', data.TEXT_DATASETS)
+@pytest.mark.parametrize('name', tuple(data.TFDS_TEXT_DATASETS))
 def test_unprepared_tfds_dataset_fails_fast(tmp_path, name):
   start = time.time()
   with pytest.raises(FileNotFoundError, match=f'tfds build {name} --data_dir='):
-    data.get_info(_config(name=name, data_dir=str(tmp_path)), workdir=None)
+    info_of(_config(name=name, data_dir=str(tmp_path)), workdir=None)
   assert time.time() - start < 10
 
 
@@ -340,18 +354,18 @@ def test_tfds_text_datasets_with_mock_data(tmp_path, name, num_classes):
   config = _config(name=name, data_dir=data_dir, max_length=32)
   with tfds.testing.mock_data(num_examples=20, policy=tfds.testing.MockPolicy.USE_FILES,
                               data_dir=data_dir):
-    info = data.get_info(config, workdir=None)
+    info = info_of(config, workdir=None)
     assert info.num_classes == num_classes and info.vocab_size == 260
     assert info.eval_splits == {'validation': 32, 'test': 32}
     assert 0 < info.num_train_examples <= 20
-    batch = next(data.train_iterator(config, workdir=None, seed=0, global_batch_size=4))
-    assert batch['inputs'].shape == (4, 32) and (batch['inputs'][:, 0] == data.CLS_ID).all()
-    assert (batch['inputs'][:, 1] != data.PAD_ID).all()  # The text field was found.
+    batch = next(train_batches(config, workdir=None, seed=0, global_batch_size=4))
+    assert batch['inputs'].shape == (4, 32) and (batch['inputs'][:, 0] == tokenizers.CLS_ID).all()
+    assert (batch['inputs'][:, 1] != tokenizers.PAD_ID).all()  # The text field was found.
     assert ((batch['label'] >= 0) & (batch['label'] < num_classes)).all()
     # Mock data yield 20 examples for any split.
-    test = _take(data.eval_iterator(config, 'test', workdir=None, global_batch_size=8), 10)
+    test = _take(eval_batches(config, 'test', workdir=None, global_batch_size=8), 10)
     assert len(test) == 3 and sum(b['weight'].sum() for b in test) == 20
-  assert data.eval_split_for_length(info, 1024) == 'test'
+  assert datasets.eval_split_for_length(info, 1024) == 'test'
 
 
 # ---------------------------------------------------------------- position probes
@@ -409,20 +423,20 @@ def test_probes_balanced_correct_and_bag_of_tokens_at_chance(task):
 
 def test_probes_prepared_on_first_use(tmp_path):
   config = _config(name='position_probes/order', data_dir=str(tmp_path))
-  info = data.get_info(config, workdir=None)  # Generates the default dataset (a few seconds).
+  info = info_of(config, workdir=None)  # Generates the default dataset (a few seconds).
   assert os.path.isdir(tmp_path / 'position_probes' / 'order' / '1.1.0')
   assert info.eval_splits == {'validation': 64, 'test': 64, 'test_128': 128, 'test_256': 256}
   assert info.class_names == ('b_before_a', 'a_before_b') and info.num_train_examples == 20_000
-  assert [data.eval_split_for_length(info, n) for n in (64, 128, 256)] == [
+  assert [datasets.eval_split_for_length(info, n) for n in (64, 128, 256)] == [
       'test', 'test_128', 'test_256']
   with pytest.raises(ValueError, match='none of 100 tokens'):
-    data.eval_split_for_length(info, 100)
-  batches = _take(data.eval_iterator(config, 'test_256', workdir=None, global_batch_size=512), 9)
+    datasets.eval_split_for_length(info, 100)
+  batches = _take(eval_batches(config, 'test_256', workdir=None, global_batch_size=512), 9)
   assert len(batches) == 2 and batches[0]['inputs'].shape == (512, 256)
-  assert (batches[0]['inputs'] != data.PAD_ID).all()  # Exactly 256 tokens.
+  assert (batches[0]['inputs'] != tokenizers.PAD_ID).all()  # Exactly 256 tokens.
   assert sum(b['weight'].sum() for b in batches) == 1000
   with pytest.raises(ValueError, match='would cut them'):
-    data.get_info(_config(name='position_probes/order', data_dir=str(tmp_path), max_length=32),
+    info_of(_config(name='position_probes/order', data_dir=str(tmp_path), max_length=32),
                   workdir=None)
 
 
@@ -478,13 +492,13 @@ def test_fortunes_parsing(tmp_path):
 @pytest.mark.skipif(not os.path.isdir(fortunes.FORTUNES_DIR),
                     reason=f'{fortunes.FORTUNES_DIR} missing: apt-get install fortunes')
 def test_fortunes_dataset(tmp_path):
-  info = data.get_info(_config(name='fortunes', data_dir=str(tmp_path), max_length=128),
+  info = info_of(_config(name='fortunes', data_dir=str(tmp_path), max_length=128),
                        workdir=None)
   assert info.class_names == fortunes.CATEGORIES and info.num_train_examples > 3000
   examples = fortunes.load_examples(fortunes.FortunesConfig(name='topics'))
   assert len(examples['test']) > 300 and len(examples['validation']) > 300
   assert set(label for _, label in examples['train']) == set(range(10))
-  batches = list(data.eval_iterator(_config(name='fortunes', data_dir=str(tmp_path),
+  batches = list(eval_batches(_config(name='fortunes', data_dir=str(tmp_path),
                                             max_length=128), 'test', workdir=None,
                                     global_batch_size=256))
   assert sum(b['weight'].sum() for b in batches) == len(examples['test'])

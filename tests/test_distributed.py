@@ -21,18 +21,16 @@ import jax
 import numpy as np
 import pytest
 
-import data as data_lib
-from configs import tiny
-from training import checkpoints, config_checks, metrics, partitioning, trainer
+from data import datasets
+from training import checkpoints, metrics, partitioning, validation
+from training.experiment import Experiment
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture
-def data_dir(tfds_dir):
-  config = tiny.get_config()
-  config.data.data_dir = tfds_dir
-  data_lib.get_info(config.data, workdir=None)  # generate before processes race to do it
+def data_dir(tfds_dir, run_config):
+  datasets.load(run_config().data, None)  # generate before processes race to do it
   return tfds_dir
 
 
@@ -93,9 +91,9 @@ def _wait_for_step(workdir, step, procs, timeout=300):
 
 def _params(workdir, step):
   """Restores ``step`` of a workdir in this process (1 device), whatever mesh wrote it."""
-  config = config_checks.load_config(workdir)
+  config = validation.load_config(workdir)
   config.mesh = partitioning.fit_to_devices(config.mesh)
-  exp = trainer.Experiment(config, workdir)
+  exp = Experiment(config, workdir)
   ckpt = checkpoints.Checkpointer(workdir, 5)
   state = ckpt.restore(step, exp.abstract_with_shardings())
   ckpt.close()
@@ -210,9 +208,8 @@ def test_lost_process_stops_the_other_with_an_error(tmp_path, data_dir):
   print(f'surviving process stopped {elapsed:.1f} s after its peer was killed:\n{log[-1500:]}')
 
 
-
-def test_logical_rules_and_mesh_config_errors():
-  config = tiny.get_config()
+def test_logical_rules_and_mesh_config_errors(run_config):
+  config = run_config()
   rules = dict(partitioning.logical_rules(config.mesh))
   assert rules == {'batch': ('data', 'fsdp'), 'length': None, 'embed': 'fsdp', 'heads': 'tensor',
                    'kv': None, 'mlp': 'tensor', 'vocab': 'tensor', 'classes': None}

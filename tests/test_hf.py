@@ -21,6 +21,8 @@ from flax import nnx
 import models
 from configs.default import get_config
 from models import hf
+from training import checkpoints
+from training import validation
 
 torch = pytest.importorskip('torch')
 with pytest.MonkeyPatch.context() as _mp:
@@ -32,6 +34,10 @@ BATCH, LENGTH, VOCAB, CLASSES = 3, 16, 100, 3
 TINY = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
             intermediate_size=64, max_position_embeddings=64, type_vocab_size=2,
             hidden_dropout_prob=0.0, initializer_range=0.2, num_labels=CLASSES)
+
+
+# The fields HF RoFormer does not define come from configs/default.py.
+BASE = validation.model_config(get_config(), vocab_size=VOCAB, num_classes=CLASSES)
 
 
 def hf_config(**changes) -> transformers.RoFormerConfig:
@@ -112,7 +118,7 @@ def rotary_value_dir(tmp_path_factory) -> str:
 
 def test_sequence_classifier_safetensors(classifier_dir):
   assert os.path.isfile(os.path.join(classifier_dir, 'model.safetensors'))
-  result = hf.load_hf_roformer(classifier_dir, deterministic=True)
+  result = hf.load_hf_roformer(classifier_dir, BASE, deterministic=True)
   assert result.has_head and result.unused_keys == ()
   assert result.cfg.num_classes == CLASSES and result.cfg.type_vocab_size == 2
   check_matches(result, torch_model())
@@ -122,8 +128,8 @@ def test_pytorch_bin_equals_safetensors(classifier_dir, tmp_path):
   bin_dir = save(torch_model(), tmp_path, safe=False)
   assert os.listdir(bin_dir) and not os.path.exists(os.path.join(bin_dir, 'model.safetensors'))
   assert os.path.isfile(os.path.join(bin_dir, 'pytorch_model.bin'))
-  from_bin = hf.load_hf_roformer(bin_dir, deterministic=True)
-  from_safetensors = hf.load_hf_roformer(classifier_dir, deterministic=True)
+  from_bin = hf.load_hf_roformer(bin_dir, BASE, deterministic=True)
+  from_safetensors = hf.load_hf_roformer(classifier_dir, BASE, deterministic=True)
   jax.tree.map(np.testing.assert_array_equal, from_bin.params, from_safetensors.params)
   check_matches(from_bin, torch_model())
 
@@ -133,7 +139,7 @@ def test_base_model_without_prefix_gets_fresh_head(tmp_path):
   directory = save(base, tmp_path)
   assert not any(k.startswith('roformer.') for k in hf.load_state_dict(directory))
   key = jax.random.key(3, impl='rbg')  # compiles faster than threefry on CPU
-  result = hf.load_hf_roformer(directory, num_classes=5, key=key, deterministic=True)
+  result = hf.load_hf_roformer(directory, BASE, num_classes=5, key=key, deterministic=True)
   assert not result.has_head and result.cfg.num_classes == 5
   fresh_head = nnx.to_pure_dict(models.init(result.cfg, key)[1])['head']
   jax.tree.map(np.testing.assert_array_equal, result.params['head'], fresh_head)
@@ -144,13 +150,13 @@ def test_base_model_without_prefix_gets_fresh_head(tmp_path):
 
 def test_embedding_projection(tmp_path):
   model = torch_model(embedding_size=16)
-  result = hf.load_hf_roformer(save(model, tmp_path), deterministic=True)
+  result = hf.load_hf_roformer(save(model, tmp_path), BASE, deterministic=True)
   assert result.cfg.embedding_size == 16 and 'embeddings_project' in result.params
   check_matches(result, model)
 
 
 def test_rotary_value(rotary_value_dir):
-  result = hf.load_hf_roformer(rotary_value_dir, deterministic=True)
+  result = hf.load_hf_roformer(rotary_value_dir, BASE, deterministic=True)
   assert result.cfg.rope.rotary_value
   check_matches(result, torch_model(rotary_value=True))
 
@@ -159,11 +165,11 @@ def test_rotary_value(rotary_value_dir):
 def test_half_layout_with_permuted_weights(rotary_value, classifier_dir, rotary_value_dir):
   directory = rotary_value_dir if rotary_value else classifier_dir
   model = torch_model(rotary_value=True) if rotary_value else torch_model()
-  half = hf.load_hf_roformer(directory, layout='half', deterministic=True)
+  half = hf.load_hf_roformer(directory, BASE, layout='half', deterministic=True)
   assert half.cfg.rope.layout == 'half' and half.overrides['rope.layout'] == 'half'
   check_matches(half, model)
   # The permutation is what makes it exact: interleaved weights run in the half layout differ.
-  interleaved = hf.load_hf_roformer(directory, deterministic=True)
+  interleaved = hf.load_hf_roformer(directory, BASE, deterministic=True)
   query = lambda r: r.params['layers'][0]['attention']['query']['kernel']
   assert not np.array_equal(query(half), query(interleaved))
   unpermuted = hf.HFRoFormer(half.cfg, interleaved.params, half.overrides, True, ())
@@ -171,7 +177,7 @@ def test_half_layout_with_permuted_weights(rotary_value, classifier_dir, rotary_
 
 
 def test_no_token_types_folds_type_zero(classifier_dir):
-  result = hf.load_hf_roformer(classifier_dir, type_vocab_size=0, deterministic=True)
+  result = hf.load_hf_roformer(classifier_dir, BASE, type_vocab_size=0, deterministic=True)
   assert 'token_type_embeddings' not in result.params['embeddings']
   inputs = {**INPUTS, 'token_type_ids': None}
   hidden, logits = our_outputs(result, inputs)
@@ -203,7 +209,7 @@ def test_flax_checkpoint(tmp_path):
   model.save_pretrained(str(tmp_path), params=params)
   assert os.path.isfile(tmp_path / 'flax_model.msgpack')
   out = model(**INPUTS, params=params, output_hidden_states=True)
-  result = hf.load_hf_roformer(str(tmp_path), deterministic=True)
+  result = hf.load_hf_roformer(str(tmp_path), BASE, deterministic=True)
   assert result.has_head and result.unused_keys == ()
   hidden, logits = our_outputs(result)
   assert_close(hidden, np.asarray(out.hidden_states[-1]), name='last_hidden_state')
@@ -215,13 +221,10 @@ def test_flax_checkpoint(tmp_path):
 
 def test_overrides_rebuild_the_config(classifier_dir):
   """The printed overrides make configs/default.py describe exactly the converted model."""
-  result = hf.load_hf_roformer(classifier_dir, layout='half')
+  result = hf.load_hf_roformer(classifier_dir, BASE, layout='half')
   config = get_config()
-  for name, value in result.overrides.items():
-    group, field = name.split('.')
-    config[group][field] = value
-  rebuilt = models.ModelConfig.from_config(config, vocab_size=VOCAB, num_classes=CLASSES)
-  assert rebuilt == result.cfg
+  config.update_from_flattened_dict(result.overrides)
+  assert validation.model_config(config, vocab_size=VOCAB, num_classes=CLASSES) == result.cfg
 
 
 def test_convert_script_round_trip(classifier_dir, tmp_path, capsys):
@@ -232,8 +235,8 @@ def test_convert_script_round_trip(classifier_dir, tmp_path, capsys):
   out = str(tmp_path / 'converted')
   script.main(['--hf_dir', classifier_dir, '--out', out, '--layout', 'half'])
   assert '--config.rope.layout=half' in capsys.readouterr().out
-  restored = hf.load_converted(out, deterministic=True)
-  direct = hf.load_hf_roformer(classifier_dir, layout='half', deterministic=True)
+  restored = checkpoints.load_converted(out, deterministic=True)
+  direct = hf.load_hf_roformer(classifier_dir, BASE, layout='half', deterministic=True)
   assert restored.cfg == direct.cfg and restored.has_head
   jax.tree.map(np.testing.assert_array_equal, restored.params, direct.params)
 
@@ -248,7 +251,7 @@ def test_bfloat16_safetensors(tmp_path):
 
 def test_errors_name_the_problem(classifier_dir, tmp_path):
   sd = hf.load_state_dict(classifier_dir)
-  cfg = hf.model_config(hf.load_hf_config(classifier_dir))
+  cfg = hf.model_config(hf.load_hf_config(classifier_dir), BASE)
   bad = dict(sd)
   bad['roformer.encoder.layer.1.attention.self.query.weight'] = np.zeros((32, 30), np.float32)
   with pytest.raises(ValueError, match=r'encoder\.layer\.1\.attention\.self\.query\.weight'):
@@ -265,8 +268,8 @@ def test_errors_name_the_problem(classifier_dir, tmp_path):
   with pytest.raises(ValueError, match='sinusoidal'):
     hf.convert_state_dict(table, cfg)
   with pytest.raises(ValueError, match='hidden_act'):
-    hf.model_config({**hf.load_hf_config(classifier_dir), 'hidden_act': 'relu'})
+    hf.model_config({**hf.load_hf_config(classifier_dir), 'hidden_act': 'relu'}, BASE)
   with pytest.raises(ValueError, match='num_classes=7'):
-    hf.load_hf_roformer(classifier_dir, num_classes=7)
+    hf.load_hf_roformer(classifier_dir, BASE, num_classes=7)
   with pytest.raises(FileNotFoundError):
-    hf.load_hf_roformer(str(tmp_path / 'nowhere'))
+    hf.load_hf_roformer(str(tmp_path / 'nowhere'), BASE)

@@ -11,6 +11,7 @@ import pytest
 from flax import nnx
 
 import models
+import rope
 from configs.default import get_config
 from models import positions as positions_lib
 from models import sharding
@@ -34,20 +35,19 @@ def key_for(seed: int) -> jax.Array:
 def make_cfg(deterministic: bool = True, **overrides) -> models.ModelConfig:
   """A tiny config from configs/default.py; keys are 'field' (model group) or 'rope.field'."""
   config = get_config()
-  config.model.size = 'tiny'
-  for key, value in overrides.items():
-    group, _, field = key.rpartition('.')
-    config[group or 'model'][field] = value
-  cfg = models.ModelConfig.from_config(config, vocab_size=VOCAB, num_classes=CLASSES)
-  return cfg.replace(deterministic=deterministic)
+  config.update_from_flattened_dict({k if '.' in k else f'model.{k}': v
+                                     for k, v in overrides.items()})
+  return models.ModelConfig(**config.model, rope=rope.RopeConfig(**config.rope),
+                            vocab_size=VOCAB, num_classes=CLASSES, deterministic=deterministic)
 
 
 def batch(length: int = 8, pad: int = 3, offset: int = 0):
-  """Token ids [2, length] (row 0 ends in `pad` padding tokens) and positions offset + arange."""
+  """Token ids [2, length] (row 0 ends in `pad` padding tokens, id 0), positions
+  offset + arange, and the mask of real tokens."""
   ids = np.random.default_rng(0).integers(1, VOCAB, size=(2, length))
-  ids[0, length - pad:] = models.PAD_ID
+  ids[0, length - pad:] = 0
   positions = np.broadcast_to(np.arange(length) + offset, (2, length))
-  return jnp.asarray(ids), jnp.asarray(positions)
+  return jnp.asarray(ids), jnp.asarray(positions), jnp.asarray(ids != 0)
 
 
 @functools.lru_cache(maxsize=None)
@@ -67,9 +67,9 @@ def combo_id(combo) -> str:
 def test_shapes_and_dtypes(combo):
   position, attention = combo
   model = model_for(make_cfg(position=position, attention=attention, pooling='mean'))
-  ids, pos = batch()
-  hidden = model.encode(ids, pos)
-  logits = model(ids, pos)
+  ids, pos, mask = batch()
+  hidden = model.encode(ids, pos, mask)
+  logits = model(ids, pos, mask)
   assert hidden.shape == (2, 8, 64) and hidden.dtype == jnp.float32
   assert logits.shape == (2, CLASSES) and logits.dtype == jnp.float32
   assert np.isfinite(logits).all()
@@ -85,8 +85,8 @@ def test_shapes_and_dtypes(combo):
 ], ids=lambda o: ','.join(f'{k}={v}' for k, v in o.items()))
 def test_variants_run(overrides):
   model = model_for(make_cfg(**overrides))
-  ids, pos = batch()
-  logits = model(ids, pos)
+  ids, pos, mask = batch()
+  logits = model(ids, pos, mask)
   assert logits.shape == (2, CLASSES) and np.isfinite(logits).all()
 
 
@@ -99,14 +99,14 @@ def test_bfloat16_forward(combo):
   graphdef, params = models.init(cfg, key_for(0))
   assert all(p.dtype == jnp.float32 for p in jax.tree.leaves(params))
   model = nnx.merge(graphdef, params)
-  ids, pos = batch()
-  hidden = model.encode(ids, pos)
-  logits = model(ids, pos)
+  ids, pos, mask = batch()
+  hidden = model.encode(ids, pos, mask)
+  logits = model(ids, pos, mask)
   assert hidden.dtype == jnp.bfloat16
   assert logits.dtype == jnp.float32 and np.isfinite(logits).all()
   fp32_graphdef, _ = jax.eval_shape(functools.partial(models.init, cfg.replace(dtype='float32')),
                                     key_for(0))
-  reference = nnx.merge(fp32_graphdef, params)(ids, pos)
+  reference = nnx.merge(fp32_graphdef, params)(ids, pos, mask)
   np.testing.assert_allclose(logits, reference, atol=0.05)
 
 
@@ -128,29 +128,26 @@ PADDING_CASES = ([combo + ('mean',) for combo in COMBOS] +
 def test_padding_changes_nothing(case):
   position, attention, pooling = case
   model = model_for(make_cfg(position=position, attention=attention, pooling=pooling))
-  ids, pos = batch(length=8, pad=3)
+  ids, pos, mask = batch(length=8, pad=3)
   ids_padded = jnp.pad(ids, ((0, 0), (0, 5)))  # 5 more padding tokens per row
-  _, pos_padded = batch(length=13)
-  real = np.asarray(ids != models.PAD_ID)
-  hidden, hidden_padded = model.encode(ids, pos), model.encode(ids_padded, pos_padded)[:, :8]
+  mask_padded = jnp.pad(mask, ((0, 0), (0, 5)))
+  _, pos_padded, _ = batch(length=13)
+  real = np.asarray(mask)
+  hidden = model.encode(ids, pos, mask)
+  hidden_padded = model.encode(ids_padded, pos_padded, mask_padded)[:, :8]
   np.testing.assert_allclose(np.asarray(hidden)[real], np.asarray(hidden_padded)[real],
                              atol=2e-5)
-  np.testing.assert_allclose(model(ids, pos), model(ids_padded, pos_padded), atol=2e-5)
-
-
-def test_explicit_mask_matches_pad_ids():
-  model = model_for(make_cfg(position='t5', pooling='mean'))
-  ids, pos = batch()
-  np.testing.assert_array_equal(model(ids, pos), model(ids, pos, ids != models.PAD_ID))
+  np.testing.assert_allclose(model(ids, pos, mask), model(ids_padded, pos_padded, mask_padded),
+                             atol=2e-5)
 
 
 @pytest.mark.parametrize('combo', COMBOS, ids=combo_id)
 def test_translation(combo):
   position, attention = combo
   model = model_for(make_cfg(position=position, attention=attention, pooling='mean'))
-  ids, pos = batch()
-  _, shifted = batch(offset=7)
-  hidden, hidden_shifted = model.encode(ids, pos), model.encode(ids, shifted)
+  ids, pos, mask = batch()
+  _, shifted, _ = batch(offset=7)
+  hidden, hidden_shifted = model.encode(ids, pos, mask), model.encode(ids, shifted, mask)
   if position in INVARIANT:
     np.testing.assert_allclose(hidden, hidden_shifted, atol=1e-4)
   else:
@@ -159,9 +156,10 @@ def test_translation(combo):
 
 def test_rotary_xpos_translation_invariant():
   model = model_for(make_cfg(**{'rope.xpos': True}))
-  ids, pos = batch()
-  _, shifted = batch(offset=5)
-  np.testing.assert_allclose(model.encode(ids, pos), model.encode(ids, shifted), atol=1e-4)
+  ids, pos, mask = batch()
+  _, shifted, _ = batch(offset=5)
+  np.testing.assert_allclose(model.encode(ids, pos, mask), model.encode(ids, shifted, mask),
+                             atol=1e-4)
 
 
 # ------------------------------------------------------------------ gradients, remat, jit
@@ -170,11 +168,11 @@ def test_rotary_xpos_translation_invariant():
 def loss_and_grads(cfg: models.ModelConfig, params, key=None):
   """Loss and gradients for a fixed batch, eagerly (eager ops compile once for all tests)."""
   graphdef, _ = jax.eval_shape(functools.partial(models.init, cfg), key_for(0))
-  ids, pos = batch()
+  ids, pos, mask = batch()
 
   def loss(params):
     rngs = None if key is None else nnx.Rngs(dropout=key)
-    logits = nnx.merge(graphdef, params)(ids, pos, rngs=rngs)
+    logits = nnx.merge(graphdef, params)(ids, pos, mask, rngs=rngs)
     return jnp.sum(jax.nn.log_softmax(logits)[:, 0])
 
   return jax.value_and_grad(loss)(params)
@@ -208,30 +206,32 @@ def test_remat_same_outputs_and_gradients():
 
 
 @pytest.mark.parametrize('overrides', [
-    {'position': 'rotary'}, {'position': 'rotary', 'pooling': 'mean'},
-    {'position': 'shaw', 'shaw_values': True}, {'position': 'rotary', 'attention': 'linear'},
+    {'position': 'rotary'}, {'position': 'shaw', 'shaw_values': True}, PRE_LN | {'pooling': 'cls'},
 ], ids=lambda o: ','.join(f'{k}={v}' for k, v in o.items()))
-def test_fused_qkv_same_outputs_and_gradients(overrides):
-  """model.fused_qkv: one stacked matmul, the same parameters, the same logits and gradients
-  (CLS pooling computes the last layer's query from one row, keys and values fused)."""
-  cfg = make_cfg(deterministic=False, **overrides)
-  _, params = models.init(cfg, key_for(0))
-  fused = cfg.replace(fused_qkv=True)
-  assert jax.tree.structure(models.init(fused, key_for(0))[1]) == jax.tree.structure(params)
-  key = key_for(7)
-  loss, grads = loss_and_grads(cfg, params, key)
-  loss_fused, grads_fused = loss_and_grads(fused, params, key)
-  np.testing.assert_allclose(loss, loss_fused, rtol=1e-5)
-  jax.tree.map(functools.partial(np.testing.assert_allclose, atol=1e-5), grads, grads_fused)
+def test_cls_pooling_computes_the_last_layer_at_cls_only(overrides):
+  """With CLS pooling the last layer computes position 0 only: the same logits as the head on
+  the full encoder output, and the same gradients."""
+  cfg = make_cfg(**overrides)
+  graphdef, params = models.init(cfg, key_for(0))
+  ids, pos, mask = batch()
+
+  def losses(params):
+    model = nnx.merge(graphdef, params)
+    full = model.head(model.encode(ids, pos, mask)[:, 0], rngs=None)
+    return jnp.stack([jnp.sum(model(ids, pos, mask) ** 2), jnp.sum(full ** 2)])
+
+  np.testing.assert_allclose(*losses(params), rtol=1e-5)
+  grads = [jax.grad(lambda p, i=i: losses(p)[i])(params) for i in range(2)]
+  jax.tree.map(functools.partial(np.testing.assert_allclose, atol=1e-5), *grads)
 
 
 def test_jit_matches_eager():
   cfg = make_cfg(position='alibi', deterministic=False, num_layers=1)
   graphdef, params = models.init(cfg, key_for(0))
-  ids, pos = batch()
+  ids, pos, mask = batch()
 
   def forward(params, key):
-    return nnx.merge(graphdef, params)(ids, pos, rngs=nnx.Rngs(dropout=key))
+    return nnx.merge(graphdef, params)(ids, pos, mask, rngs=nnx.Rngs(dropout=key))
 
   key = key_for(3)
   np.testing.assert_allclose(jax.jit(forward)(params, key), forward(params, key), atol=1e-5)
@@ -241,16 +241,16 @@ def test_dropout_keys():
   cfg = make_cfg(position='rotary', deterministic=False)
   graphdef, params = models.init(cfg, key_for(0))
   model = nnx.merge(graphdef, params)
-  ids, pos = batch()
-  run = lambda seed: model(ids, pos, rngs=nnx.Rngs(dropout=key_for(seed)))
+  ids, pos, mask = batch()
+  run = lambda seed: model(ids, pos, mask, rngs=nnx.Rngs(dropout=key_for(seed)))
   np.testing.assert_array_equal(run(1), run(1))
   assert np.abs(np.asarray(run(1)) - np.asarray(run(2))).max() > 1e-4
   with pytest.raises(ValueError, match='rngs=nnx.Rngs'):
-    model(ids, pos)
+    model(ids, pos, mask)
   eval_graphdef, _ = jax.eval_shape(functools.partial(models.init, cfg.replace(deterministic=True)),
                                     key_for(0))
   eval_model = nnx.merge(eval_graphdef, params)
-  np.testing.assert_array_equal(eval_model(ids, pos), eval_model(ids, pos))
+  np.testing.assert_array_equal(eval_model(ids, pos, mask), eval_model(ids, pos, mask))
 
 
 # ------------------------------------------------------------------ errors
@@ -258,17 +258,17 @@ def test_dropout_keys():
 
 def test_learned_longer_than_max_length_raises():
   model = model_for(make_cfg(position='learned', max_length=8))
-  ids, pos = batch(length=9)
+  ids, pos, mask = batch(length=9)
   with pytest.raises(models.LengthError, match='max_length=8'):
-    model(ids, pos)
+    model(ids, pos, mask)
   with pytest.raises(ValueError, match='max_length=8'):  # also under jit
-    jax.jit(lambda ids, pos: model(ids, pos))(ids, pos)
+    jax.jit(lambda ids, pos: model(ids, pos, mask))(ids, pos)
 
 
 def test_learned_position_values_out_of_range_are_nan():
   model = model_for(make_cfg(position='learned', max_length=8))
-  ids, pos = batch(offset=1)
-  assert np.isnan(model(ids, pos)).all()
+  ids, pos, mask = batch(offset=1)
+  assert np.isnan(model(ids, pos, mask)).all()
 
 
 @pytest.mark.parametrize('overrides, message', [
@@ -279,11 +279,11 @@ def test_learned_position_values_out_of_range_are_nan():
     ({'dtype': 'float16'}, 'model.dtype.*float32, bfloat16'),
     ({'size': 'huge'}, 'model.size.*tiny, small, base'),
     ({'linear_feature_map': 'exp'}, 'model.linear_feature_map.*elu\\+1, relu'),
-    ({'rope.layout': 'zigzag'}, 'rope.layout.*interleaved, half'),
-    ({'rope.scaling': 'dynamic'}, 'rope.scaling.*none, linear, ntk, yarn, llama3'),
+    ({'rope.layout': 'zigzag'}, 'RoPE layout.*interleaved, half'),
+    ({'rope.scaling': 'dynamic'}, 'RoPE scaling.*none, linear, ntk, yarn, llama3'),
     ({'num_heads': 5}, 'not divisible by model.num_heads=5'),
     ({'hidden_size': 60, 'num_heads': 4, 'position': 'rotary'}, 'even head_dim'),
-    ({'rope.rotary_dim': 32}, 'rope.rotary_dim=32'),
+    ({'rope.rotary_dim': 32}, 'rotary_dim=32 is larger than head_dim=16'),
     ({'rope.rotary_dim': 6, 'position': 'alibi'}, 'rope.rotary_dim only applies to'),
     ({'rope.xpos': True, 'position': 't5'}, 'rope.xpos only applies to model.position=rotary'),
     ({'shaw_values': True, 'position': 'rotary'}, 'model.shaw_values only applies'),
@@ -300,11 +300,11 @@ def test_invalid_config_raises(overrides, message):
 
 def test_bad_inputs_raise():
   model = model_for(make_cfg())
-  ids, pos = batch()
+  ids, pos, mask = batch()
   with pytest.raises(ValueError, match='positions shape'):
-    model(ids, pos[:, :4])
+    model(ids, pos[:, :4], mask)
   with pytest.raises(ValueError, match='type_vocab_size=0'):
-    model(ids, pos, token_type_ids_BxL=jnp.zeros_like(ids))
+    model(ids, pos, mask, token_type_ids_BxL=jnp.zeros_like(ids))
 
 
 # ------------------------------------------------------------------ scheme internals
@@ -353,11 +353,11 @@ def test_init_under_jit_and_eval_shape_with_mesh_and_rules():
   rules = (('batch', 'data'), ('length', None), ('embed', None), ('heads', 'data'), ('kv', None),
            ('mlp', 'data'), ('vocab', None), ('classes', None))
   cfg = make_cfg(position='t5', num_layers=1)
-  ids, pos = batch()
+  ids, pos, mask = batch()
   with jax.set_mesh(mesh), nnx.logical_axis_rules(rules):
     graphdef, params = jax.jit(models.init, static_argnums=0)(cfg, key_for(0))
     specs = nnx.get_partition_spec(params)
-    logits = jax.jit(lambda params: nnx.merge(graphdef, params)(ids, pos))(params)
+    logits = jax.jit(lambda params: nnx.merge(graphdef, params)(ids, pos, mask))(params)
   _, abstract = jax.eval_shape(functools.partial(models.init, cfg), key_for(0))
   assert jax.tree.map(lambda x: (x.shape, x.dtype), params) == jax.tree.map(
       lambda x: (x.shape, x.dtype), abstract)
@@ -365,9 +365,9 @@ def test_init_under_jit_and_eval_shape_with_mesh_and_rules():
   layer = specs['layers'][0]
   assert layer['attention']['query']['kernel'].get_value() == jax.P(None, 'data', None)
   assert layer['intermediate']['kernel'].get_value() == jax.P(None, 'data')
-  np.testing.assert_allclose(logits, model_for(cfg)(ids, pos), atol=1e-6)
-  assert sharding.logical_to_mesh(('heads', 'kv'), (('heads', 'model'), ('kv', 'model'))) == \
-      jax.P('model', None)
+  np.testing.assert_allclose(logits, model_for(cfg)(ids, pos, mask), atol=1e-6)
+  with nnx.logical_axis_rules((('heads', 'model'), ('kv', 'model'))):
+    assert sharding.logical_to_mesh(('heads', 'kv')) == jax.P('model', None)
 
 
 @pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])

@@ -21,8 +21,10 @@ import jax
 import numpy as np
 import pytest
 
-from training import checkpoints, config_checks, metrics, trainer
-from test_training import tiny_config  # pylint: disable=g-bad-import-order
+from data import datasets
+from experiments import cli
+from training import checkpoints, metrics, trainer, validation
+from training.experiment import Experiment
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -60,12 +62,15 @@ def csv_file(tmp_path_factory):
   return str(path)
 
 
-def files_config(csv_file, **overrides):
-  return tiny_config(None, **{'data.name': 'files', 'data.train_files': csv_file, **overrides})
+@pytest.fixture(scope='module')
+def files_config(run_config, csv_file):
+  """``files_config(**overrides)``: the tiny run config on the module's CSV file."""
+  return lambda **overrides: run_config(**{'data.name': 'files', 'data.train_files': csv_file,
+                                           **overrides})
 
 
 def state_of(workdir, step):
-  exp = trainer.Experiment(config_checks.load_config(workdir), workdir)
+  exp = Experiment(validation.load_config(workdir), workdir)
   ckpt = checkpoints.Checkpointer(workdir, 5, read_only=True)
   return jax.tree.map(np.asarray, ckpt.restore(step, exp.abstract_with_shardings()))
 
@@ -111,15 +116,15 @@ def test_kill9_soak_short(tmp_path):
 
 # ------------------------------------------------------------------------ corrupt checkpoints
 @pytest.fixture(scope='module')
-def two_checkpoints(tmp_path_factory, csv_file):
+def two_checkpoints(tmp_path_factory, files_config):
   """A tiny run with checkpoints 10 and 20, its final state and metrics (copied by tests)."""
   workdir = str(tmp_path_factory.mktemp('corrupt') / 'run')
-  trainer.train_and_evaluate(files_config(csv_file), workdir)
+  trainer.train_and_evaluate(files_config(), workdir)
   with open(os.path.join(workdir, metrics.METRICS_FILE)) as f:
     return workdir, state_of(workdir, 20), f.read()
 
 
-def test_truncated_checkpoint_is_detected_and_run_resumes(tmp_path, csv_file, two_checkpoints,
+def test_truncated_checkpoint_is_detected_and_run_resumes(files_config, tmp_path, two_checkpoints,
                                                          no_network, capfd):
   original, final_state, metrics_text = two_checkpoints
   workdir = str(tmp_path / 'run')
@@ -128,7 +133,7 @@ def test_truncated_checkpoint_is_detected_and_run_resumes(tmp_path, csv_file, tw
   with open(victim, 'r+b') as f:
     f.truncate(os.path.getsize(victim) // 2)
   capfd.readouterr()
-  trainer.train_and_evaluate(files_config(csv_file), workdir)
+  trainer.train_and_evaluate(files_config(), workdir)
   err = capfd.readouterr().err
   assert re.search(r'Checkpoint 20 is corrupt \(the file .* has \d+ bytes instead of \d+ '
                    r'\(truncated\?\)\); trying the previous one', err), err
@@ -140,10 +145,10 @@ def test_truncated_checkpoint_is_detected_and_run_resumes(tmp_path, csv_file, tw
     assert f.read() == metrics_text
 
 
-def test_garbled_partial_and_unmanifested_checkpoints(tmp_path, two_checkpoints, csv_file):
+def test_garbled_partial_and_unmanifested_checkpoints(files_config, tmp_path, two_checkpoints):
   original, final_state, _ = two_checkpoints
-  config = files_config(csv_file)
-  exp = trainer.Experiment(config, original)
+  config = files_config()
+  exp = Experiment(config, original)
   abstract = exp.abstract_with_shardings()
 
   # A garbled file (same size) in the newest checkpoint: found by its checksum.
@@ -187,7 +192,7 @@ def test_garbled_partial_and_unmanifested_checkpoints(tmp_path, two_checkpoints,
   assert tree_hashes(workdir) == before
 
   # A checkpoint of another model: the differing arrays are named, not a shape error.
-  other = trainer.Experiment(files_config(csv_file, **{'model.hidden_size': 32}), original)
+  other = Experiment(files_config(**{'model.hidden_size': 32}), original)
   with pytest.raises(checkpoints.CheckpointMismatchError,
                      match=r'different model or run config: \d+ arrays differ \(.*params/'):
     checkpoints.Checkpointer(original, 2, read_only=True).restore(
@@ -195,7 +200,7 @@ def test_garbled_partial_and_unmanifested_checkpoints(tmp_path, two_checkpoints,
 
 
 # ----------------------------------------------------------------------------------- disk full
-def test_disk_full_while_saving(tmp_path, csv_file, monkeypatch, no_network):
+def test_disk_full_while_saving(files_config, tmp_path, monkeypatch, no_network):
   """Writes fail with a real error (a file-size limit: EFBIG, as ENOSPC would) while checkpoint
   20 is saved: a clear error; checkpoint 10 stays intact and the rerun resumes from it."""
   workdir = str(tmp_path / 'run')
@@ -214,7 +219,7 @@ def test_disk_full_while_saving(tmp_path, csv_file, monkeypatch, no_network):
                        match=r'Could not write the checkpoint of step 20 in .*full disk.*rerun '
                              r'the same command, which resumes from the newest intact '
                              r'checkpoint \(10\). The earlier checkpoints were not changed'):
-      trainer.train_and_evaluate(files_config(csv_file), workdir)
+      trainer.train_and_evaluate(files_config(), workdir)
   finally:
     resource.setrlimit(resource.RLIMIT_FSIZE, limits)
     signal.signal(signal.SIGXFSZ, previous_handler)
@@ -224,7 +229,7 @@ def test_disk_full_while_saving(tmp_path, csv_file, monkeypatch, no_network):
   assert checkpoints.verify(os.path.join(ckpt_dir, '10')) is None
   assert os.path.exists(os.path.join(ckpt_dir, '10', checkpoints.MANIFEST_FILE))
   # With space again, the same command resumes from 10 and finishes.
-  summary = trainer.train_and_evaluate(files_config(csv_file), workdir)
+  summary = trainer.train_and_evaluate(files_config(), workdir)
   assert summary['num_steps'] == 20
   assert checkpoints.Checkpointer(workdir, 2).all_steps() == [10, 20]
   assert not [n for n in os.listdir(ckpt_dir) if 'tmp' in n]  # the failed save's leftovers
@@ -276,9 +281,8 @@ def test_real_enospc_on_a_full_tmpfs(tmp_path, csv_file):
 
 
 def test_cli_reports_enospc_as_one_paragraph():
-  from training import cli
   e = OSError(errno.ENOSPC, 'No space left on device', '/data/run/metrics.jsonl')
-  assert cli.handled(e)
+  assert isinstance(e, cli.USER_ERRORS)
   message = cli.describe(e)
   assert 'No space left on device' in message and 'free space and rerun' in message
   assert '\n' not in message
@@ -327,10 +331,10 @@ def test_second_run_on_a_workdir_refuses(tmp_path, csv_file):
 
 
 # ------------------------------------------------------------------------------------ NaN/Inf
-def test_nonfinite_stops_naming_the_step_and_keeps_the_last_good_checkpoint(tmp_path, csv_file,
+def test_nonfinite_stops_naming_the_step_and_keeps_the_last_good_checkpoint(files_config, tmp_path,
                                                                            no_network):
   workdir = str(tmp_path / 'nan')
-  config = files_config(csv_file, **{'optim.learning_rate': 1e38, 'optim.grad_clip_norm': 0.0,
+  config = files_config(**{'optim.learning_rate': 1e38, 'optim.grad_clip_norm': 0.0,
                                      'optim.warmup_steps': 0, 'train.checkpoint_every': 1,
                                      'train.num_steps': 6, 'train.eval_every': 6,
                                      'train.log_every': 2})
@@ -356,15 +360,15 @@ def test_nonfinite_stops_naming_the_step_and_keeps_the_last_good_checkpoint(tmp_
 
 
 # ------------------------------------------------------------------------------ bad user data
-def test_empty_texts_and_non_utf8_bytes_are_handled(tmp_path, no_network):
+def test_empty_texts_and_non_utf8_bytes_are_handled(run_config, tmp_path, no_network):
   train = tmp_path / 'train.csv'
   rows = [b'text,label', b'"",a', b'"caf\xe9 \xff\xfe",b', b'plain,a', b'"\x80\x81",b']
   train.write_bytes(b'\n'.join(rows * 5) + b'\n')
   jsonl = tmp_path / 'valid.jsonl'
   jsonl.write_bytes(b'{"text": null, "label": "a"}\n{"text": "", "label": "b"}\n'
                     b'{"text": "\\ud800 lone surrogate", "label": "a"}\n')
-  config = tiny_config(None, **{'data.name': 'files', 'data.train_files': str(train),
-                                'data.validation_files': str(jsonl), 'train.num_steps': 4,
+  config = run_config(**{'data.name': 'files', 'data.train_files': str(train),
+                         'data.validation_files': str(jsonl), 'train.num_steps': 4,
                                 'train.eval_every': 4, 'train.checkpoint_every': 4,
                                 'train.log_every': 2, 'train.batch_size': 8,
                                 'train.eval_batch_size': 8, 'optim.warmup_steps': 1})
@@ -372,17 +376,16 @@ def test_empty_texts_and_non_utf8_bytes_are_handled(tmp_path, no_network):
   assert np.isfinite(summary['validation_loss'][0])
 
 
-def test_bad_labels_leave_no_classes_file(tmp_path):
-  import data
+def test_bad_labels_leave_no_classes_file(run_config, tmp_path):
   train = tmp_path / 'train.csv'
   train.write_text('text,label\na,0\nb,1\n')
   bad = tmp_path / 'bad.csv'
   bad.write_text('text,label\nc,7\n')
   workdir = tmp_path / 'work'
-  config = tiny_config(None, **{'data.name': 'files', 'data.train_files': str(train),
-                                'data.validation_files': str(bad)})
+  config = run_config(**{'data.name': 'files', 'data.train_files': str(train),
+                         'data.validation_files': str(bad)})
   with pytest.raises(ValueError, match=r'label 7 is outside the class range \[0, 2\)'):
-    data.get_info(config.data, workdir=str(workdir))
+    datasets.load(config.data, str(workdir))
   assert not os.path.exists(workdir / 'classes.json')
 
 

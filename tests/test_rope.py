@@ -157,7 +157,7 @@ def test_partial_rotary_passes_features_through_bit_identical(layout):
 def test_jit_vmap_plain_agree_and_gradients_reach_x():
   x = jnp.asarray(rng(5).normal(size=(3, 11, 2, 8)), jnp.float32)
   pos = jnp.arange(11)[None].repeat(3, 0) * 7
-  r = rope.Rotary(8, layout='half', rotary_dim=4)
+  r = rope.Rotary(head_dim=8, layout='half', rotary_dim=4)
   plain = r.apply(x, r.tables(pos))
   jitted = jax.jit(lambda x, p: r.apply(x, r.tables(p)))(x, pos)
   vmapped = jax.vmap(lambda x, p: r.apply(x[None], r.tables(p[None]))[0])(x, pos)
@@ -174,7 +174,7 @@ def test_jit_vmap_plain_agree_and_gradients_reach_x():
 def test_shared_tables_equal_one_call_form():
   x = jnp.asarray(rng(7).normal(size=(2, 5, 4, 16)), jnp.float32)
   pos = jnp.arange(5)[None].repeat(2, 0)
-  r = rope.Rotary(16)
+  r = rope.Rotary(head_dim=16)
   tables = r.tables(pos)
   assert tables.sin.dtype == jnp.float32 and tables.sin.shape == (2, 5, 8)
   np.testing.assert_allclose(r.apply(x, tables, 'key'), rope.apply_rotary(x, pos), atol=1e-6)
@@ -186,9 +186,10 @@ def test_shared_tables_equal_one_call_form():
 def test_rotary_value_role_has_no_temperature_or_xpos():
   x = jnp.asarray(rng(8).normal(size=(1, 5, 1, 8)), jnp.float32)
   pos = jnp.arange(5)[None]
-  r = rope.Rotary(8, scaling=rope.Scaling('yarn', 4.0, 16), xpos=True)
+  yarn = dict(scaling='yarn', scaling_factor=4.0, original_max_length=16)
+  r = rope.Rotary(head_dim=8, xpos=True, **yarn)
   tables = r.tables(pos)
-  plain = rope.Rotary(8, scaling=rope.Scaling('yarn', 4.0, 16))
+  plain = rope.Rotary(head_dim=8, **yarn)
   np.testing.assert_allclose(r.apply(x, tables, 'value'),
                              plain.apply(x, plain.tables(pos), 'value'), atol=1e-6)
 
@@ -211,7 +212,7 @@ def test_bf16_at_position_100000_matches_fp32_to_bf16_rounding():
 
 
 def test_int_and_float_positions_give_fp32_tables():
-  r = rope.Rotary(8)
+  r = rope.Rotary(head_dim=8)
   for p in (jnp.arange(4)[None], jnp.arange(4, dtype=jnp.bfloat16)[None]):
     assert r.tables(p).cos.dtype == jnp.float32
 
@@ -221,23 +222,24 @@ def test_int_and_float_positions_give_fp32_tables():
 @pytest.mark.parametrize('kind', rope.SCALING_KINDS)
 def test_scaling_variants_reduce_to_plain_rope_at_factor_1(kind):
   plain = rope.inv_frequencies(64)
-  np.testing.assert_allclose(rope.inv_frequencies(64, scaling=rope.Scaling(kind, 1.0, 128)),
-                             plain, rtol=1e-7)
-  assert rope.Scaling(kind, 1.0).attention_factor == 1.0
+  config = rope.RopeConfig(scaling=kind, scaling_factor=1.0, original_max_length=128)
+  np.testing.assert_allclose(rope.inv_frequencies(64, config), plain, rtol=1e-7)
+  assert config.attention_factor == 1.0
 
 
 def test_linear_interpolation_at_s_times_m_equals_plain_at_m():
   x = jnp.asarray(rng(10).normal(size=(1, 6, 2, 16)), jnp.float32)
   m = jnp.array([[0, 1, 5, 10, 100, 333]])
   s = 4.0
-  scaled = rope.apply_rotary(x, (m * s).astype(jnp.float32), scaling=rope.Scaling('linear', s))
+  scaled = rope.apply_rotary(x, (m * s).astype(jnp.float32), scaling='linear',
+                            scaling_factor=s)
   np.testing.assert_allclose(scaled, rope.apply_rotary(x, m), atol=1e-5)
 
 
 def test_ntk_interpolates_lowest_frequency_by_s_and_keeps_highest():
   d, s = 64, 8.0
   plain = rope.inv_frequencies(d)
-  ntk = rope.inv_frequencies(d, scaling=rope.Scaling('ntk', s))
+  ntk = rope.inv_frequencies(d, rope.RopeConfig(scaling='ntk', scaling_factor=s))
   assert ntk[0] == plain[0]
   np.testing.assert_allclose(ntk[-1], plain[-1] / s, rtol=1e-6)
   assert np.all(np.diff(ntk / plain) <= 1e-7)  # monotone interpolation
@@ -246,8 +248,10 @@ def test_ntk_interpolates_lowest_frequency_by_s_and_keeps_highest():
 def test_yarn_by_parts_and_temperature():
   d, s, length = 64, 4.0, 512
   plain = rope.inv_frequencies(d)
-  sc = rope.Scaling('yarn', s, length, beta_fast=32, beta_slow=1)
-  yarn = rope.inv_frequencies(d, scaling=sc)
+  options = dict(scaling='yarn', scaling_factor=s, original_max_length=length,
+                 yarn_beta_fast=32, yarn_beta_slow=1)
+  sc = rope.RopeConfig(**options)
+  yarn = rope.inv_frequencies(d, sc)
   turns = length * plain / (2 * np.pi)
   np.testing.assert_allclose(yarn[turns > 32], plain[turns > 32], rtol=1e-7)
   np.testing.assert_allclose(yarn[turns < 1], plain[turns < 1] / s, rtol=1e-6)
@@ -255,7 +259,7 @@ def test_yarn_by_parts_and_temperature():
   assert np.all((yarn[mid] <= plain[mid] + 1e-9) & (yarn[mid] >= plain[mid] / s - 1e-9))
   assert sc.attention_factor == pytest.approx(0.1 * math.log(s) + 1)
   # The temperature multiplies q and k (so the logits by its square), not values.
-  r = rope.Rotary(d, scaling=sc)
+  r = rope.Rotary(head_dim=d, **options)
   x = jnp.ones((1, 1, 1, d))
   t = r.tables(jnp.zeros((1, 1)))
   np.testing.assert_allclose(r.apply(x, t, 'query'), x * sc.attention_factor, rtol=1e-6)
@@ -264,9 +268,11 @@ def test_yarn_by_parts_and_temperature():
 
 def test_llama3_scaling_regions():
   d, s, length = 128, 8.0, 8192
-  sc = rope.Scaling('llama3', s, length, low_freq_factor=1.0, high_freq_factor=4.0)
-  plain = rope.inv_frequencies(d, base=500000.0)
-  got = rope.inv_frequencies(d, base=500000.0, scaling=sc)
+  sc = rope.RopeConfig(base=500000.0, scaling='llama3', scaling_factor=s,
+                       original_max_length=length, llama3_low_freq_factor=1.0,
+                       llama3_high_freq_factor=4.0)
+  plain = rope.inv_frequencies(d, rope.RopeConfig(base=500000.0))
+  got = rope.inv_frequencies(d, sc)
   wavelength = 2 * np.pi / plain
   high = wavelength < length / 4
   low = wavelength > length / 1
@@ -278,7 +284,7 @@ def test_llama3_scaling_regions():
 
 def test_xpos_relative_decay_and_shift_invariance():
   d = 16
-  r = rope.Rotary(d, xpos=True, xpos_scale_base=64.0)
+  r = rope.Rotary(head_dim=d, xpos=True, xpos_scale_base=64.0)
   q, k = rng(11).normal(size=(2, d)).astype(np.float32)
 
   def score(m, n):
@@ -291,7 +297,7 @@ def test_xpos_relative_decay_and_shift_invariance():
 
   assert score(40, 10) == pytest.approx(score(70, 40), rel=1e-4, abs=1e-4)
   # With q = k the score at distance 0 is |q|^2 and decays with the distance.
-  r0 = rope.Rotary(d, xpos=True, xpos_scale_base=64.0)
+  r0 = rope.Rotary(head_dim=d, xpos=True, xpos_scale_base=64.0)
   x = jnp.asarray(np.stack([q, q]))[None, :, None, :]
   t = r0.tables(jnp.array([[50, 50]]))
   assert float(r0.apply(x, t, 'query')[0, 0, 0] @ r0.apply(x, t, 'key')[0, 1, 0]) == \
@@ -323,7 +329,7 @@ def test_linear_attention_equals_direct_eq19():
   q, k, v = (r.normal(size=(b, length, h, d)).astype(np.float32) for _ in range(3))
   mask = np.array([[1] * 6, [1] * 4 + [0] * 2], np.float32)
   positions = np.stack([np.arange(length), np.arange(length) + 9])
-  rotary = rope.Rotary(d)
+  rotary = rope.Rotary(head_dim=d)
   got = rope.linear_attention(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v),
                               mask=jnp.asarray(mask), rotary=rotary,
                               tables=rotary.tables(jnp.asarray(positions)), eps=0.0)
@@ -335,7 +341,7 @@ def test_linear_attention_padding_does_not_change_real_tokens():
   length, pad, h, d = 5, 4, 2, 8
   q, k, v = (r.normal(size=(1, length + pad, h, d)).astype(np.float32) for _ in range(3))
   positions = jnp.arange(length + pad)[None]
-  rotary = rope.Rotary(d)
+  rotary = rope.Rotary(head_dim=d)
   mask = jnp.asarray([[1] * length + [0] * pad])
   padded = rope.linear_attention(q, k, v, mask=mask, rotary=rotary, tables=rotary.tables(positions))
   short = rope.linear_attention(q[:, :length], k[:, :length], v[:, :length], rotary=rotary,
@@ -360,7 +366,8 @@ def test_decay_bound_decreases_with_distance():
   windows = bound.reshape(8, 32).mean(axis=1)
   assert np.all(np.diff(windows) < 0)
   # Also for a scaling variant (decays more slowly, as it should).
-  scaled = rope.decay_bound(distances, 128, scaling=rope.Scaling('linear', 4.0))
+  scaled = rope.decay_bound(distances, 128,
+                           rope.RopeConfig(scaling='linear', scaling_factor=4.0))
   assert np.all(np.diff(scaled.reshape(8, 32).mean(axis=1)) < 0)
   assert scaled[64] > bound[64]
 
@@ -381,7 +388,7 @@ def test_bad_rotary_arguments_raise(kwargs, match):
 
 def test_bad_scaling_and_shapes_raise():
   with pytest.raises(ValueError, match='valid choices: none, linear, ntk, yarn, llama3'):
-    rope.Scaling('dynamic')
+    rope.RopeConfig(scaling='dynamic')
   with pytest.raises(ValueError, match='positions shape'):
     rope.apply_rotary(jnp.ones((2, 5, 1, 8)), jnp.zeros((2, 4)))
   with pytest.raises(ValueError, match=r'\[\.\.\., length, heads, head_dim\]'):

@@ -9,39 +9,24 @@ import jax
 import numpy as np
 import pytest
 
-import data as data_lib
-from configs import tiny
-from training import config_checks, evaluation, metrics, trainer
+from data import datasets
+from training import checkpoints, evaluation, metrics, trainer, validation
+from training.experiment import Experiment
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.fixture
-def data_dir(tfds_dir):
-  return tfds_dir
-
-
-def tiny_config(data_dir, **overrides):
-  c = tiny.get_config()
-  c.data.data_dir = data_dir
-  for key, value in overrides.items():
-    group, field = key.split('.')
-    c[group][field] = value
-  return c
-
-
 def params_of(workdir, step):
-  from training import checkpoints
-  exp = trainer.Experiment(config_checks.load_config(workdir), workdir)
+  exp = Experiment(validation.load_config(workdir), workdir)
   ckpt = checkpoints.Checkpointer(workdir, 5)
   state = ckpt.restore(step, exp.abstract_with_shardings())
   ckpt.close()
   return jax.tree.map(np.asarray, state.params)
 
 
-def test_train_resume_and_eval(tmp_path, data_dir):
+def test_train_resume_and_eval(tmp_path, run_config):
   workdir = str(tmp_path / 'run')
-  config = tiny_config(data_dir)
+  config = run_config()
   summary = trainer.train_and_evaluate(config, workdir)
   records = metrics.read_metrics(workdir)
   train = [r for r in records if 'train/loss' in r]
@@ -68,25 +53,25 @@ def test_train_resume_and_eval(tmp_path, data_dir):
   assert 'test_128' in evaluation.format_table(results)
 
 
-def test_kill_and_resume_gives_identical_metrics_and_params(tmp_path, data_dir, monkeypatch):
-  config = tiny_config(data_dir)
+def test_kill_and_resume_gives_identical_metrics_and_params(tmp_path, run_config, monkeypatch):
+  config = run_config()
   config.model.dropout_rate = 0.1  # dropout keys must also resume correctly
   straight = str(tmp_path / 'straight')
   trainer.train_and_evaluate(config, straight)
 
   interrupted = str(tmp_path / 'interrupted')
-  real_iterator = data_lib.train_iterator
+  real_batches = datasets.Dataset.train_batches
 
-  def dying_iterator(*args, **kwargs):
-    for i, batch in enumerate(real_iterator(*args, **kwargs)):
+  def dying_batches(self, **kwargs):
+    for i, batch in enumerate(real_batches(self, **kwargs)):
       if kwargs['start_step'] + i == 13:
         raise KeyboardInterrupt('simulated kill at step 14')
       yield batch
 
-  monkeypatch.setattr(data_lib, 'train_iterator', dying_iterator)
+  monkeypatch.setattr(datasets.Dataset, 'train_batches', dying_batches)
   with pytest.raises(KeyboardInterrupt):
     trainer.train_and_evaluate(config, interrupted)
-  monkeypatch.setattr(data_lib, 'train_iterator', real_iterator)
+  monkeypatch.setattr(datasets.Dataset, 'train_batches', real_batches)
   trainer.train_and_evaluate(config, interrupted)  # resumes from step 10
 
   with open(os.path.join(straight, metrics.METRICS_FILE)) as a, \
@@ -96,21 +81,19 @@ def test_kill_and_resume_gives_identical_metrics_and_params(tmp_path, data_dir, 
   jax.tree.map(np.testing.assert_array_equal, pa, pb)
 
 
-def test_vmapped_seeds_match_separate_runs(tmp_path, data_dir):
+def test_vmapped_seeds_match_separate_runs(tmp_path, run_config):
   together = trainer.train_and_evaluate(
-      tiny_config(data_dir, **{'train.num_seeds': 2, 'train.num_steps': 10}),
-      str(tmp_path / 'together'))
+      run_config(**{'train.num_seeds': 2, 'train.num_steps': 10}), str(tmp_path / 'together'))
   alone = trainer.train_and_evaluate(
-      tiny_config(data_dir, **{'train.seed': 1, 'train.num_steps': 10}),
-      str(tmp_path / 'alone'))
+      run_config(**{'train.seed': 1, 'train.num_steps': 10}), str(tmp_path / 'alone'))
   assert together['seeds'] == [0, 1]
   np.testing.assert_allclose(together['validation_loss'][1], alone['validation_loss'][0],
                              rtol=1e-4)
 
 
-def test_nonfinite_loss_stops_and_keeps_checkpoint(tmp_path, data_dir):
+def test_nonfinite_loss_stops_and_keeps_checkpoint(tmp_path, run_config):
   workdir = str(tmp_path / 'nan')
-  config = tiny_config(data_dir, **{'optim.learning_rate': 1e38, 'optim.grad_clip_norm': 0.0,
+  config = run_config(**{'optim.learning_rate': 1e38, 'optim.grad_clip_norm': 0.0,
                                     'optim.warmup_steps': 0})
   with pytest.raises(trainer.NonFiniteLossError, match='NaN/Inf at step'):
     trainer.train_and_evaluate(config, workdir)
@@ -120,10 +103,10 @@ def test_nonfinite_loss_stops_and_keeps_checkpoint(tmp_path, data_dir):
 
 
 @pytest.mark.parametrize('name', ['listops/small', 'fortunes'])
-def test_embedded_datasets_train(tmp_path, data_dir, name):
+def test_embedded_datasets_train(tmp_path, run_config, name):
   if name == 'fortunes' and not os.path.isdir('/usr/share/games/fortunes'):
     pytest.skip('fortunes not installed (apt-get install fortunes)')
-  config = tiny_config(data_dir, **{'data.name': name, 'data.max_length': 128,
+  config = run_config(**{'data.name': name, 'data.max_length': 128,
                                     'train.num_steps': 30, 'train.eval_every': 30})
   trainer.train_and_evaluate(config, str(tmp_path / 'run'))
   train = [r for r in metrics.read_metrics(str(tmp_path / 'run')) if 'train/loss' in r]
@@ -135,10 +118,10 @@ def run_cli(*args, timeout=300):
                         timeout=timeout)
 
 
-def test_command_line_train_eval_and_overrides(tmp_path, data_dir):
+def test_command_line_train_eval_and_overrides(tmp_path, tfds_dir):
   workdir = str(tmp_path / 'cli')
   proc = run_cli('train.py', '--config=configs/tiny.py', f'--workdir={workdir}',
-                 f'--config.data.data_dir={data_dir}', '--config.model.position=alibi',
+                 f'--config.data.data_dir={tfds_dir}', '--config.model.position=alibi',
                  '--config.train.num_steps=10')
   assert proc.returncode == 0, proc.stderr[-3000:]
   with open(os.path.join(workdir, 'config.json')) as f:

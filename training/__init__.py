@@ -1,20 +1,11 @@
-"""Training library: ``train_and_evaluate(config, workdir)`` and what it is made of.
+"""Training library: ``trainer.train_and_evaluate(config, workdir)`` and what it is made of.
 
-The names below are imported on first use, so that ``from training import cli`` (or
-``config_checks``) does not load TensorFlow: the entry points check their flags and config in
-seconds, before the data pipeline is imported.
+  validation   every check of a run's config, once, before anything heavy
+  experiment   the data, model, optimizer, mesh and jitted steps a config gives
+  trainer      train_and_evaluate: setup, loop, summary
+  steps        the pure train and eval steps
+  checkpoints  orbax checkpoints with content manifests
+  metrics      metrics.jsonl, TensorBoard and console lines (clu writers)
+  evaluation   evaluating a workdir (eval.py)
+  optim, partitioning, distributed, preemption, workdir
 """
-
-import importlib
-
-_LAZY = {'Experiment': 'training.trainer', 'NonFiniteLossError': 'training.trainer',
-         'setup_runtime': 'training.trainer', 'train_and_evaluate': 'training.trainer',
-         'load_config': 'training.config_checks'}
-
-__all__ = sorted(_LAZY)
-
-
-def __getattr__(name):
-  if name in _LAZY:
-    return getattr(importlib.import_module(_LAZY[name]), name)
-  raise AttributeError(f'module {__name__!r} has no attribute {name!r}')

@@ -1,21 +1,22 @@
-"""Orbax checkpoints: the last N for resume, plus the best by validation accuracy.
+"""Orbax checkpoints: the last N for resume plus the best by validation accuracy, and a check of
+every file's content that orbax does not do.
 
-Integrity:
-  * Orbax writes a checkpoint into a temporary directory and renames it when complete, so a save
-    interrupted at any moment (kill -9 included) leaves no step directory behind; such leftovers
-    are cleaned up by the next run and are never restored.
-  * Once a save is complete, a manifest (``_SHA256_MANIFEST.json`` in the step directory: the size
-    and SHA-256 of every file) is written. Before a checkpoint is restored it is checked against
-    its manifest, so a truncated or garbled file is detected instead of being read as numbers.
-    (A checkpoint whose manifest was not written yet, because the run was killed right after the
-    save completed, is checked by restoring it.)
-  * ``restore_latest`` resumes from the newest intact checkpoint: newer corrupt ones are reported
-    and moved to ``workdir/checkpoints_corrupt/`` (kept, never deleted), so that their steps can
-    be saved again. With no intact checkpoint it stops with ``NoIntactCheckpointError`` and
-    changes nothing.
-  * A checkpoint whose arrays do not have the shapes the current config gives raises
-    ``CheckpointMismatchError`` naming the differing arrays, instead of a shape error from inside
-    orbax.
+What orbax's ``CheckpointManager`` does here: asynchronous saves into a temporary directory
+renamed when complete (a save interrupted at any moment, kill -9 included, leaves no step
+behind, and ``cleanup_tmp_directories`` removes the leftovers), keeping the latest
+``train.keep_checkpoints`` plus the best by validation accuracy (preservation policies), the
+step list and each step's metrics.
+
+What it does not, and this module adds:
+  * A manifest (``_SHA256_MANIFEST.json``: size and SHA-256 of every file), written once a save
+    is complete and checked before a restore, so a truncated or garbled file is detected instead
+    of being read as numbers. (A checkpoint killed before its manifest was written is checked by
+    restoring it.)
+  * ``restore_latest`` resumes from the newest intact checkpoint: newer corrupt ones are
+    reported and moved to ``workdir/checkpoints_corrupt/`` (kept, never deleted). With no intact
+    checkpoint it raises ``NoIntactCheckpointError`` and changes nothing.
+  * A checkpoint whose arrays do not have the shapes of the current config raises
+    ``CheckpointMismatchError`` naming the arrays, instead of a shape error from inside orbax.
   * A save that fails (a full disk, a quota, a read-only filesystem) raises
     ``CheckpointSaveError`` saying so; the earlier checkpoints are untouched.
 Nothing here uses pickle: arrays are orbax/tensorstore, metadata and manifests JSON.
@@ -23,37 +24,40 @@ Nothing here uses pickle: arrays are orbax/tensorstore, metadata and manifests J
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
 import os
-import re
-import sys
-import time
 from typing import Any
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
+from flax import nnx
 from absl import logging as absl_logging
+from etils import epath
+from jax.experimental import multihost_utils
 from orbax.checkpoint import checkpoint_managers as policies
+
+import models
+import rope
+from data import storage
+from models import hf
+from training.metrics import console
 
 CHECKPOINT_DIR = 'checkpoints'
 CORRUPT_DIR = 'checkpoints_corrupt'
 MANIFEST_FILE = '_SHA256_MANIFEST.json'
 STATE_ITEM = 'state'
-METRICS_ITEM = 'metrics'  # orbax's name for the metrics item (ocp.checkpoint_manager)
 _SMALL_FILE = 1 << 20  # files up to this size are hashed even by the quick check
-_STEP_NAME = re.compile(r'\d+')
 
 
 class _QuietOrbaxLogs(logging.Filter):
-  """Orbax's log noise, in quiet mode (verbosity WARNING, the entry points' default).
-
-  Drops its warning for every checkpoint saved without a validation accuracy (those are simply
-  not candidates for the best checkpoint), and strips the tracebacks its background threads log
-  when a save fails (the failure is raised as ``CheckpointSaveError`` and reported in one
-  paragraph); ``--verbosity=1`` keeps them.
-  """
+  """In quiet mode (verbosity WARNING, the entry points' default): drops orbax's warning for
+  every checkpoint saved without a validation accuracy (those are simply not candidates for the
+  best one), and the tracebacks its threads log when a save fails (raised as
+  ``CheckpointSaveError``, one paragraph). ``--verbosity=1`` keeps them."""
 
   def filter(self, record: logging.LogRecord) -> bool:
     if 'did not provide metrics' in str(record.msg):
@@ -92,12 +96,6 @@ class CheckpointSaveError(CheckpointError):
   """Writing a checkpoint failed (e.g. the disk is full)."""
 
 
-def _say(message: str) -> None:
-  """A line on stderr (process 0), visible even when library logging is silenced."""
-  if jax.process_index() == 0:
-    print(f'{time.strftime("%H:%M:%S")} {message}', file=sys.stderr, flush=True)
-
-
 def _sha256(path: str) -> str:
   h = hashlib.sha256()
   with open(path, 'rb') as f:
@@ -121,13 +119,7 @@ def write_manifest(step_dir: str) -> None:
   """Writes the size and SHA-256 of every file of a complete step directory (atomically)."""
   files = {rel: {'size': os.path.getsize(os.path.join(step_dir, rel)),
                  'sha256': _sha256(os.path.join(step_dir, rel))} for rel in _files(step_dir)}
-  path = os.path.join(step_dir, MANIFEST_FILE)
-  tmp = f'{path}.tmp.{os.getpid()}'
-  with open(tmp, 'w') as f:
-    json.dump({'version': 1, 'files': files}, f, indent=1, sort_keys=True)
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, path)
+  storage.write_json(os.path.join(step_dir, MANIFEST_FILE), {'version': 1, 'files': files})
 
 
 def verify(step_dir: str, *, full: bool = True) -> str | None:
@@ -158,19 +150,12 @@ def verify(step_dir: str, *, full: bool = True) -> str | None:
   return None
 
 
-def _key_name(key: Any) -> str:
-  for attr in ('name', 'key', 'idx'):
-    if hasattr(key, attr):
-      return str(getattr(key, attr))
-  return str(key)
-
-
 def _shapes(tree: Any) -> dict[str, tuple[tuple[int, ...], str]]:
-  """'params/encoder/.../kernel' -> (shape, dtype) of every array leaf of a pytree."""
+  """'params/.../kernel' -> (shape, dtype) of every array leaf of a pytree."""
   leaves = jax.tree_util.tree_flatten_with_path(
       tree, is_leaf=lambda x: hasattr(x, 'shape') and hasattr(x, 'dtype'))[0]
-  return {'/'.join(_key_name(k) for k in path): (tuple(leaf.shape), str(leaf.dtype))
-          for path, leaf in leaves if hasattr(leaf, 'shape')}
+  return {jax.tree_util.keystr(path, simple=True, separator='/'):
+          (tuple(leaf.shape), str(leaf.dtype)) for path, leaf in leaves if hasattr(leaf, 'shape')}
 
 
 class Checkpointer:
@@ -185,65 +170,42 @@ class Checkpointer:
   def __init__(self, workdir: str, keep: int, *, read_only: bool = False):
     self.workdir = os.path.abspath(workdir)
     self.directory = os.path.join(self.workdir, CHECKPOINT_DIR)
-    self.keep = keep
     self.read_only = read_only
     self.skipped: dict[int, str] = {}  # corrupt steps found (and, unless read_only, moved away)
-    self._manager: ocp.CheckpointManager | None = None
     self._unverified: list[int] = []  # saved, manifest not written yet
     self._save_error: Exception | None = None
+    options = ocp.CheckpointManagerOptions(
+        preservation_policy=policies.AnyPreservationPolicy([
+            policies.LatestN(keep),
+            policies.BestN(get_metric_fn=lambda m: m['accuracy'], n=1,
+                           keep_checkpoints_without_metrics=False)]),
+        best_fn=lambda m: m['accuracy'], best_mode='max', cleanup_tmp_directories=not read_only,
+        read_only=read_only, create=not read_only)
+    self.manager = ocp.CheckpointManager(self.directory, options=options)
 
-  # ------------------------------------------------------------------ listing
   def step_dir(self, step: int) -> str:
     return os.path.join(self.directory, str(step))
 
   def all_steps(self) -> list[int]:
-    """Complete checkpoints on disk, ascending (interrupted saves are never listed)."""
-    if not os.path.isdir(self.directory):
-      return []
-    steps = [int(name) for name in os.listdir(self.directory)
-             if _STEP_NAME.fullmatch(name) and os.path.isdir(os.path.join(self.directory, name))]
-    return sorted(s for s in steps if s not in self.skipped)
-
-  def latest_step(self) -> int | None:
-    if self._manager is not None:
-      step = self._manager.latest_step()
-      if step is not None:
-        return step
-    steps = self.all_steps()
-    return steps[-1] if steps else None
+    """Complete checkpoints, ascending (interrupted saves are never listed)."""
+    return sorted(s for s in self.manager.all_steps() if s not in self.skipped)
 
   def accuracy(self, step: int) -> float | None:
     """The validation accuracy a checkpoint was saved with (None if it was not evaluated)."""
-    path = os.path.join(self.step_dir(step), METRICS_ITEM, METRICS_ITEM)
     try:
-      with open(path) as f:
-        return float(json.load(f)['accuracy'])
-    except (OSError, ValueError, KeyError, TypeError):
+      return float((self.manager.metrics(step) or {})['accuracy'])
+    except (KeyError, TypeError, ValueError, OSError):
       return None
 
-  def best_step(self) -> int | None:
-    """The checkpoint with the best validation accuracy (the latest one among equals)."""
-    ranked = [(acc, step) for step in self.all_steps()
-              if (acc := self.accuracy(step)) is not None]
-    return max(ranked)[1] if ranked else None
+  def ranked_steps(self, which: str) -> list[int]:
+    """The steps in the order 'best' (validation accuracy, then newest) or 'latest' wants them."""
+    if which == 'latest':
+      return sorted(self.all_steps(), reverse=True)
+    accuracy = {step: self.accuracy(step) for step in self.all_steps()}
+    return sorted(accuracy, key=lambda s: (accuracy[s] is not None, accuracy[s] or 0.0, s),
+                  reverse=True)
 
   # ------------------------------------------------------------------ saving
-  @property
-  def manager(self) -> ocp.CheckpointManager:
-    if self.read_only:
-      raise CheckpointError('This Checkpointer is read-only.')
-    if self._manager is None:
-      options = ocp.CheckpointManagerOptions(
-          preservation_policy=policies.AnyPreservationPolicy([
-              policies.LatestN(self.keep),
-              policies.BestN(get_metric_fn=lambda m: m['accuracy'], n=1,
-                             keep_checkpoints_without_metrics=False),
-          ]),
-          best_fn=lambda m: m['accuracy'], best_mode='max',
-          cleanup_tmp_directories=True)  # leftovers of interrupted saves
-      self._manager = ocp.CheckpointManager(self.directory, options=options)
-    return self._manager
-
   def _save_failed(self, step: int | None, e: Exception) -> CheckpointSaveError:
     self._save_error = e
     intact = [s for s in self.all_steps() if s != step and verify(self.step_dir(s), full=False)
@@ -255,14 +217,6 @@ class Checkpointer:
         f'filesystem: free space (or fix the permissions) and rerun the same command, which '
         f'resumes from the newest intact checkpoint ({intact[-1] if intact else "none yet"}). '
         'The earlier checkpoints were not changed.')
-
-  def _write_manifests(self) -> None:
-    """Manifests of the saves that have completed (process 0 writes them)."""
-    for step in self._unverified:
-      step_dir = self.step_dir(step)
-      if jax.process_index() == 0 and os.path.isdir(step_dir):  # not garbage-collected since
-        write_manifest(step_dir)
-    self._unverified = []
 
   def save(self, step: int, state: Any, accuracy: float | None = None) -> None:
     """Saves asynchronously; ``accuracy`` (mean validation accuracy) ranks the best checkpoint.
@@ -281,39 +235,38 @@ class Checkpointer:
 
   def wait(self) -> None:
     """Waits for the pending save and writes its manifest (CheckpointSaveError if it failed)."""
-    if self._manager is None:
-      return
     pending = self._unverified[-1] if self._unverified else None
     try:
-      self._manager.wait_until_finished()
-      self._write_manifests()
+      self.manager.wait_until_finished()
+      for step in self._unverified:
+        if jax.process_index() == 0 and os.path.isdir(self.step_dir(step)):  # still kept
+          write_manifest(self.step_dir(step))
+      self._unverified = []
     except Exception as e:  # pylint: disable=broad-except
       raise self._save_failed(pending, e) from e
 
   def close(self) -> None:
     """Waits for pending saves (unless one already failed) and releases orbax's threads."""
-    if self._manager is None:
-      return
     try:
       if self._save_error is None:
         self.wait()
     finally:
       try:
-        self._manager.close()
+        self.manager.close()
       except Exception:  # pylint: disable=broad-except
         if self._save_error is None:
           raise
-      self._manager = None
 
   # ------------------------------------------------------------------ restoring
   def check_compatible(self, step: int, abstract_state: Any) -> None:
     """Raises CheckpointMismatchError naming the arrays whose shapes differ from the config's."""
     try:
-      metadata = self._metadata(step)
+      metadata = ocp.StandardCheckpointHandler().metadata(
+          epath.Path(self.step_dir(step)) / STATE_ITEM)
     except Exception as e:  # pylint: disable=broad-except
       raise CorruptCheckpointError(step, f'its metadata is unreadable ({type(e).__name__}: '
                                    f'{" ".join(str(e).split())[:200]})', self.directory) from e
-    saved, wanted = _shapes(metadata), _shapes(abstract_state)
+    saved, wanted = _shapes(getattr(metadata, 'tree', metadata)), _shapes(abstract_state)
     if not saved:
       raise CorruptCheckpointError(step, 'its metadata lists no arrays', self.directory)
     differing = sorted((k for k in set(saved) | set(wanted) if saved.get(k) != wanted.get(k)),
@@ -328,13 +281,6 @@ class Checkpointer:
           f'config: {len(differing)} arrays differ ({details}{more}). Use the config it was '
           'trained with (see config.json in the workdir), or a new --workdir.')
 
-  def _metadata(self, step: int) -> Any:
-    """The saved state's tree of array metadata (shapes and dtypes), read without the arrays."""
-    from etils import epath  # pylint: disable=g-import-not-at-top
-    meta = ocp.StandardCheckpointHandler().metadata(
-        epath.Path(os.path.join(self.step_dir(step), STATE_ITEM)))
-    return getattr(meta, 'tree', meta)
-
   def restore(self, step: int, abstract_state: Any) -> Any:
     """Restores onto the shardings given by ``abstract_state`` (jax.ShapeDtypeStruct leaves).
 
@@ -343,44 +289,43 @@ class Checkpointer:
       CorruptCheckpointError: it does not match its manifest, or orbax cannot read it.
       CheckpointMismatchError: it was written by a config with other array shapes.
     """
-    step_dir = self.step_dir(step)
-    if not os.path.isdir(step_dir):
+    if step not in self.all_steps():
       raise CheckpointError(f'There is no checkpoint of step {step} in {self.directory}; '
                             f'available: {self.all_steps() or "none"}.')
-    reason = verify(step_dir, full=True)
+    reason = verify(self.step_dir(step), full=True)
     if reason:
       raise CorruptCheckpointError(step, reason, self.directory)
     self.check_compatible(step, abstract_state)
     try:
-      with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as checkpointer:
-        restored = checkpointer.restore(
-            step_dir, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state)))
+      restored = self.manager.restore(
+          step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state)))
     except Exception as e:  # pylint: disable=broad-except
       raise CorruptCheckpointError(
           step, f'orbax cannot read it ({type(e).__name__}: {" ".join(str(e).split())[:300]})',
           self.directory) from e
     return restored[STATE_ITEM]
 
-  def _set_aside(self, step: int, reason: str) -> None:
-    """Moves a corrupt step directory to workdir/checkpoints_corrupt/ (never deletes it)."""
-    self.skipped[step] = reason
-    if self.read_only:
-      return
-    if jax.process_index() == 0:
-      target_dir = os.path.join(self.workdir, CORRUPT_DIR)
-      os.makedirs(target_dir, exist_ok=True)
-      target = os.path.join(target_dir, str(step))
-      suffix = 1
-      while os.path.exists(target):
-        target, suffix = os.path.join(target_dir, f'{step}.{suffix}'), suffix + 1
-      os.rename(self.step_dir(step), target)
-      _say(f'Moved the corrupt checkpoint {step} to {target}.')
+  def restore_first_intact(self, steps: list[int], abstract_state: Any) -> tuple[int, Any]:
+    """(step, state) of the first of ``steps`` that restores; corrupt ones are reported and
+    recorded in ``skipped``. NoIntactCheckpointError if none does."""
+    for step in steps:
+      try:
+        return step, self.restore(step, abstract_state)
+      except CorruptCheckpointError as e:
+        self.skipped[step] = e.reason
+        console(f'Checkpoint {step} is corrupt ({e.reason}); trying the previous one.',
+                warning=True)
+    details = '; '.join(f'step {s}: {r}' for s, r in sorted(self.skipped.items()))
+    raise NoIntactCheckpointError(
+        f'No intact checkpoint in {self.directory} ({details}). Nothing was changed. Restore '
+        f'the checkpoints from a backup, or move {self.directory} away (or use a new '
+        '--workdir) to train from scratch.')
 
   def restore_latest(self, abstract_state: Any) -> tuple[int, Any]:
     """(step, state) of the newest intact checkpoint, or (0, None) when there is none at all.
 
-    Corrupt checkpoints are reported on stderr and (unless read-only) moved to
-    ``workdir/checkpoints_corrupt/``, so their steps can be saved again.
+    Corrupt checkpoints (the newer ones, and older ones whose files fail the quick check) are
+    moved to ``workdir/checkpoints_corrupt/``, so their steps can be saved again.
 
     Raises:
       NoIntactCheckpointError: there are checkpoints, but none is intact (nothing is moved).
@@ -389,32 +334,68 @@ class Checkpointer:
     steps = self.all_steps()
     if not steps:
       return 0, None
-    corrupt: dict[int, str] = {}
-    found, state = None, None
-    for step in reversed(steps):
-      try:
-        state = self.restore(step, abstract_state)
-        found = step
-        break
-      except CorruptCheckpointError as e:
-        corrupt[step] = e.reason
-        _say(f'Checkpoint {step} is corrupt ({e.reason}); trying the previous one.')
-    if found is None:
-      details = '; '.join(f'step {s}: {r}' for s, r in sorted(corrupt.items()))
-      raise NoIntactCheckpointError(
-          f'No intact checkpoint in {self.directory} ({details}). Nothing was changed. Restore '
-          f'the checkpoints from a backup, or move {self.directory} away (or use a new '
-          '--workdir) to train from scratch.')
-    for step in steps:  # older ones: their metadata is read when saving resumes
-      if step < found:
-        reason = verify(self.step_dir(step), full=False)
-        if reason:
-          corrupt[step] = reason
-    for step, reason in sorted(corrupt.items()):
-      self._set_aside(step, reason)
-    if corrupt and jax.process_count() > 1 and not self.read_only:
-      from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
-      multihost_utils.sync_global_devices('checkpoints_set_aside')
-    if corrupt:
-      _say(f'Resuming from checkpoint {found}, the newest intact one.')
+    found, state = self.restore_first_intact(steps[::-1], abstract_state)
+    for step in steps[:steps.index(found)]:  # older ones: read when saving resumes
+      reason = verify(self.step_dir(step), full=False)
+      if reason:
+        self.skipped[step] = reason
+    if self.skipped:
+      self._set_aside()
+      console(f'Resuming from checkpoint {found}, the newest intact one.', warning=True)
     return found, state
+
+  def _set_aside(self) -> None:
+    """Moves the corrupt step directories to workdir/checkpoints_corrupt/ (never deletes)."""
+    if self.read_only:
+      return
+    if jax.process_index() == 0:
+      target_dir = os.path.join(self.workdir, CORRUPT_DIR)
+      os.makedirs(target_dir, exist_ok=True)
+      for step in sorted(self.skipped):
+        target, suffix = os.path.join(target_dir, str(step)), 1
+        while os.path.exists(target):
+          target, suffix = os.path.join(target_dir, f'{step}.{suffix}'), suffix + 1
+        os.rename(self.step_dir(step), target)
+        console(f'Moved the corrupt checkpoint {step} to {target}.', warning=True)
+    if jax.process_count() > 1:
+      multihost_utils.sync_global_devices('checkpoints_set_aside')
+    self.manager.reload()
+
+
+# ------------------------------------------------------------------ converted HF checkpoints
+CONVERTED_PARAMS = 'params'
+CONVERTED_METADATA = 'hf_conversion.json'
+
+
+def save_converted(result: hf.HFRoFormer, directory: str, *, source: str = '') -> None:
+  """Writes ``directory/params`` (orbax, the pure params dict) and ``hf_conversion.json``.
+
+  The JSON holds the ModelConfig fields, the config overrides, ``has_head``, ``unused_keys``
+  and ``source``; ``load_converted`` reads both back. Overwrites an existing conversion.
+  """
+  directory = os.path.abspath(directory)
+  os.makedirs(directory, exist_ok=True)
+  with ocp.StandardCheckpointer() as checkpointer:
+    checkpointer.save(os.path.join(directory, CONVERTED_PARAMS), result.params, force=True)
+  storage.write_json(os.path.join(directory, CONVERTED_METADATA), {
+      'source': source, 'model_config': dataclasses.asdict(result.cfg),
+      'overrides': result.overrides, 'has_head': result.has_head,
+      'unused_keys': list(result.unused_keys)})
+
+
+def load_converted(directory: str, **changes: Any) -> hf.HFRoFormer:
+  """Reads a ``save_converted`` directory; ``changes`` replace ModelConfig fields (e.g.
+  ``deterministic=True``) that do not change parameter shapes."""
+  directory = os.path.abspath(directory)
+  with open(os.path.join(directory, CONVERTED_METADATA)) as f:
+    metadata = json.load(f)
+  fields = dict(metadata['model_config'], rope=rope.RopeConfig(**metadata['model_config']['rope']))
+  cfg = models.ModelConfig(**fields).replace(**changes)
+  abstract = nnx.eval_shape(lambda: models.Classifier(cfg, rngs=nnx.Rngs(0)))
+  target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
+                        nnx.to_pure_dict(nnx.state(abstract, nnx.Param)))
+  with ocp.StandardCheckpointer() as checkpointer:
+    params = checkpointer.restore(os.path.join(directory, CONVERTED_PARAMS), target)
+  return hf.HFRoFormer(cfg=cfg, params=jax.tree.map(np.asarray, params),
+                       overrides=metadata['overrides'], has_head=metadata['has_head'],
+                       unused_keys=tuple(metadata['unused_keys']))

@@ -6,8 +6,9 @@ distributed runtime starts when
 
   * ``--coordinator_address`` (or ``JAX_COORDINATOR_ADDRESS``) is given: several GPU hosts or
     CPU processes, with ``--num_processes`` and ``--process_id`` on each; or
-  * JAX detects a cluster it knows (Cloud TPU pod slices, GKE, SLURM, Open MPI): the same
-    command on every worker, nothing else to set.
+  * the environment shows a launcher JAX configures itself from (Cloud TPU VMs and pod slices,
+    GKE, SLURM, Open MPI; ``_cluster_detected``): the same command on every worker, nothing
+    else to set.
 
 Otherwise the run is single-process. ``--heartbeat_timeout_s`` bounds how long the surviving
 processes wait for a lost one before failing with an error instead of hanging.
@@ -19,7 +20,6 @@ import os
 
 import jax
 from absl import flags
-from absl import logging
 
 FLAGS = flags.FLAGS
 
@@ -40,13 +40,19 @@ def define_flags() -> None:
 
 
 def _cluster_detected() -> bool:
-  try:
-    from jax._src import clusters  # pylint: disable=g-import-not-at-top
-    return any(c.is_env_present() for c in clusters.ClusterEnv._cluster_types  # pylint: disable=protected-access
-               if c.__name__ not in ('Mpi4pyCluster', 'K8sCluster'))
-  except Exception:  # pylint: disable=broad-except
-    logging.warning('JAX cluster detection failed; running single-process.', exc_info=True)
-    return False
+  """Whether this process was started by a multi-process launcher that JAX's
+  ``jax.distributed.initialize()`` configures itself from, read from the environment: SLURM or
+  Open MPI with more than one task, a multi-host TPU slice on GKE or queued resources (the worker
+  host list), or a Cloud TPU VM (its TPU devices; JAX asks the VM's metadata for the rest)."""
+  env = os.environ
+  if all(k in env for k in ('SLURM_JOB_ID', 'SLURM_STEP_NODELIST', 'SLURM_NTASKS',
+                            'SLURM_PROCID', 'SLURM_LOCALID')):
+    return int(env['SLURM_NTASKS']) > 1
+  if 'OMPI_MCA_orte_hnp_uri' in env:
+    return int(env.get('OMPI_COMM_WORLD_SIZE', '1')) > 1
+  if ',' in env.get('TPU_PROCESS_ADDRESSES', env.get('TPU_WORKER_HOSTNAMES', '')):
+    return True
+  return os.path.exists('/dev/accel0') or os.path.isdir('/dev/vfio')
 
 
 def initialize(mode: str = 'auto', *, coordinator_address: str | None = None,

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 from typing import Any, Sequence
 
+import ml_collections
 import numpy as np
 
+from data import datasets
+from data import storage
 from training import checkpoints
-from training import config_checks
+from training import partitioning
+from training import validation
+from training.experiment import Experiment
 
 EVAL_FILE = 'eval.json'
 
@@ -41,32 +44,6 @@ def parse_checkpoint(text: str) -> str | int:
                    "'latest' or a step number, e.g. --checkpoint=best.")
 
 
-def _restore(ckpt: checkpoints.Checkpointer, which: str | int, abstract_state: Any
-             ) -> tuple[int, Any]:
-  """Restores the chosen checkpoint; for 'best'/'latest', the next intact one if it is corrupt."""
-  if isinstance(which, int):
-    return which, ckpt.restore(which, abstract_state)
-  steps = ckpt.all_steps()
-  if which == 'best':
-    order = sorted(steps, key=lambda s: (ckpt.accuracy(s) is not None, ckpt.accuracy(s) or 0.0,
-                                         s), reverse=True)
-  else:
-    order = sorted(steps, reverse=True)
-  reasons = {}
-  for step in order:
-    try:
-      return step, ckpt.restore(step, abstract_state)
-    except checkpoints.CorruptCheckpointError as e:
-      reasons[step] = e.reason
-      print(f'Checkpoint {step} is corrupt ({e.reason}); using the next one.', file=sys.stderr,
-            flush=True)
-  raise checkpoints.NoIntactCheckpointError(
-      f'No intact checkpoint in {ckpt.directory} ('
-      + '; '.join(f'step {s}: {r}' for s, r in sorted(reasons.items()))
-      + '). Rerun train.py on this workdir (it sets corrupt checkpoints aside and resumes from '
-      'the newest intact one, or says none is left).')
-
-
 def evaluate_workdir(workdir: str, *, checkpoint: str = 'best', split: str = 'test',
                      eval_lengths: Sequence[int] = ()) -> dict[str, Any]:
   """Loads the config and a checkpoint of ``workdir`` and evaluates it.
@@ -88,16 +65,39 @@ def evaluate_workdir(workdir: str, *, checkpoint: str = 'best', split: str = 'te
   """
   workdir = os.path.abspath(os.path.expanduser(workdir))
   which = parse_checkpoint(checkpoint)
-  config = config_checks.load_config(workdir)
-  model_max_length = config.model.max_length or config.data.max_length
-  too_long = [n for n in eval_lengths if n > model_max_length]
+  config = validation.load_config(workdir)
+  _check_lengths(config, eval_lengths)
+  ckpt = checkpoints.Checkpointer(workdir, config.train.keep_checkpoints, read_only=True)
+  _check_checkpoint(ckpt, which, workdir, config)
+  config.mesh = partitioning.fit_to_devices(config.mesh)  # other hardware than in training
+  exp = Experiment(config, workdir)
+  splits = _splits(exp, split, eval_lengths)
+  abstract = exp.abstract_with_shardings()
+  if isinstance(which, int):
+    step, state = which, ckpt.restore(which, abstract)
+  else:
+    step, state = ckpt.restore_first_intact(ckpt.ranked_steps(which), abstract)
+  results = {'workdir': workdir, 'step': int(step), 'seeds': exp.seeds,
+             'position': config.model.position, 'attention': config.model.attention,
+             'train_length': config.data.max_length,
+             'eval': exp.evaluate_lengths(state.params, splits)}
+  storage.write_json(os.path.join(workdir, EVAL_FILE), results)
+  return results
+
+
+def _check_lengths(config: ml_collections.ConfigDict, eval_lengths: Sequence[int]) -> None:
+  too_long = [n for n in eval_lengths if n > config.model.max_length]
   if config.model.position == 'learned' and too_long:
     raise ValueError(f'This model (model.position=learned) has position embeddings for '
-                     f'{model_max_length} tokens (model.max_length), so it cannot be evaluated at '
-                     f'{", ".join(map(str, too_long))}. Evaluate at lengths <= {model_max_length}, '
-                     'or train with a larger --config.model.max_length; schemes without a '
-                     'length limit (e.g. rotary, alibi) extrapolate.')
-  ckpt = checkpoints.Checkpointer(workdir, config.train.keep_checkpoints, read_only=True)
+                     f'{config.model.max_length} tokens (model.max_length), so it cannot be '
+                     f'evaluated at {", ".join(map(str, too_long))}. Evaluate at lengths <= '
+                     f'{config.model.max_length}, or train with a larger '
+                     '--config.model.max_length; schemes without a length limit (e.g. rotary, '
+                     'alibi) extrapolate.')
+
+
+def _check_checkpoint(ckpt: checkpoints.Checkpointer, which: str | int, workdir: str,
+                      config: ml_collections.ConfigDict) -> None:
   steps = ckpt.all_steps()
   if not steps:
     raise FileNotFoundError(f'No checkpoint in {workdir!r} yet: train first (train.py '
@@ -106,35 +106,24 @@ def evaluate_workdir(workdir: str, *, checkpoint: str = 'best', split: str = 'te
   if isinstance(which, int) and which not in steps:
     raise ValueError(f'--checkpoint={which}: there is no checkpoint of step {which} in '
                      f'{workdir}; available: {", ".join(map(str, steps))} (or best, latest).')
-  import data as data_lib  # pylint: disable=g-import-not-at-top  (TensorFlow: after the checks)
-  from training import partitioning  # pylint: disable=g-import-not-at-top
-  from training import trainer  # pylint: disable=g-import-not-at-top
-  config.mesh = partitioning.fit_to_devices(config.mesh)  # other hardware than in training
-  exp = trainer.Experiment(config, workdir)
+
+
+def _splits(exp: Experiment, split: str, eval_lengths: Sequence[int]) -> list[tuple[str, int]]:
+  """(split, length) pairs: ``split`` at the training length, then one per extra length."""
   valid_splits = list(exp.info.eval_splits)
   if split not in valid_splits:
-    raise ValueError(f'--split={split!r} is not a split of {config.data.name}; valid: '
+    raise ValueError(f'--split={split!r} is not a split of {exp.info.name}; valid: '
                      f'{", ".join(valid_splits)}.')
-  splits = [(split, config.data.max_length)]
+  splits = [(split, exp.info.train_length)]
   for length in eval_lengths:
     try:
-      splits.append((data_lib.eval_split_for_length(exp.info, length), length))
+      splits.append((datasets.eval_split_for_length(exp.info, length), length))
     except ValueError as e:
       lengths = sorted({n for k, n in exp.info.eval_splits.items() if k.startswith('test')})
-      raise ValueError(f'--eval_lengths: {e}. {config.data.name} is evaluated beyond training '
+      raise ValueError(f'--eval_lengths: {e}. {exp.info.name} is evaluated beyond training '
                        f'only at the lengths of its test splits: use --eval_lengths among '
                        f'{", ".join(map(str, lengths))}.') from None
-  step, state = _restore(ckpt, which, exp.abstract_with_shardings())
-  results = {'workdir': workdir, 'step': int(step), 'seeds': exp.seeds,
-             'position': config.model.position, 'attention': config.model.attention,
-             'train_length': config.data.max_length,
-             'eval': exp.evaluate_lengths(state.params, splits)}
-  path = os.path.join(workdir, EVAL_FILE)
-  tmp = f'{path}.tmp.{os.getpid()}'
-  with open(tmp, 'w') as f:
-    json.dump(results, f, indent=2, sort_keys=True)
-  os.replace(tmp, path)
-  return results
+  return splits
 
 
 def format_table(results: dict[str, Any]) -> str:

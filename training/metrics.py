@@ -1,24 +1,38 @@
-"""Metrics: per-step sums reduced on the host, written by process 0 only.
+"""Metrics of a run, written by process 0 only, through clu's metric writers.
 
-Three sinks:
   * ``metrics.jsonl`` in the workdir: one JSON record per (step, seed). It holds only
     deterministic numbers (losses, accuracies, learning rate, gradient norm), so a run that was
     killed and resumed writes exactly the same file as one that was not.
-  * TensorBoard scalars under ``workdir/tb/seed_<seed>`` (plus throughput: steps/s, examples/s).
-  * Console lines with progress, rate and ETA (stdout).
+  * TensorBoard scalars under ``workdir/tb/seed_<seed>`` (clu's ``SummaryWriter``), plus
+    clu ``ReportProgress``'s steps/s.
+  * Progress lines on stdout: the mean over seeds, with steps/s and the ETA.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from typing import Any, Mapping, Sequence
 
 import jax
 import numpy as np
+from clu import metric_writers
+from clu import periodic_actions
+
+from data import storage
 
 METRICS_FILE = 'metrics.jsonl'
+RATE = 'steps_per_sec'  # what clu's ReportProgress writes
+
+
+def console(message: str, *, warning: bool = False) -> None:
+  """A timestamped line from process 0: progress on stdout, a ``warning`` on stderr (visible
+  even when library logging is silenced)."""
+  if jax.process_index() == 0:
+    print(f'{time.strftime("%H:%M:%S")} {message}', file=sys.stderr if warning else sys.stdout,
+          flush=True)
 
 
 def read_metrics(workdir: str) -> list[dict[str, Any]]:
@@ -50,57 +64,69 @@ def read_metrics(workdir: str) -> list[dict[str, Any]]:
   return records
 
 
-class MetricWriter:
-  """Writes per-seed scalars to JSONL and TensorBoard; a no-op on processes other than 0."""
+class ConsoleWriter(metric_writers.LoggingWriter):
+  """Prints each write as one progress line (the mean over seeds), with the ETA from the latest
+  steps/s; remembers the steps/s values it saw."""
 
-  def __init__(self, workdir: str, seeds: Sequence[int], *, resume_step: int):
-    self.workdir = workdir
+  def __init__(self, num_steps: int):
+    super().__init__()
+    self.num_steps = num_steps
+    self.rates: list[float] = []
+
+  def write_scalars(self, step: int, scalars: Mapping[str, Any]):
+    if RATE in scalars:
+      self.rates.append(float(scalars[RATE]))
+    if not any(k.startswith(('train/', 'validation/')) for k in scalars):
+      return  # clu's steps/s and uptime: shown with the next train line
+    text = '  '.join(f'{k} {np.mean(v):.4g}' for k, v in scalars.items())
+    if self.rates and any(k.startswith('train/') for k in scalars):
+      eta = int((self.num_steps - step) / max(self.rates[-1], 1e-9))
+      text += f'  {self.rates[-1]:.2f} steps/s  ETA {eta // 3600}:{eta % 3600 // 60:02d}:{eta % 60:02d}'
+    console(f'step {step}/{self.num_steps}  {text}')
+
+
+class RunWriter:
+  """Per-seed scalars to metrics.jsonl and TensorBoard, their means to the console; steps/s from
+  clu's ``ReportProgress``. A no-op on processes other than 0 (but the console)."""
+
+  def __init__(self, workdir: str, seeds: Sequence[int], *, num_steps: int, resume_step: int,
+               log_every: int):
+    self.path = os.path.join(workdir, METRICS_FILE)
     self.seeds = list(seeds)
     self.active = jax.process_index() == 0
-    self._tb = {}
+    self.console = ConsoleWriter(num_steps)
+    self.tb = []
+    if self.active:
+      kept = [r for r in read_metrics(workdir) if r['step'] <= resume_step]
+      storage.write_atomically(self.path, ''.join(_line(r) for r in kept))
+      self.tb = [metric_writers.SummaryWriter(os.path.join(workdir, 'tb', f'seed_{seed}'))
+                 for seed in self.seeds]
+    self.progress = periodic_actions.ReportProgress(
+        num_train_steps=num_steps, every_steps=log_every, every_secs=None,
+        writer=metric_writers.MultiWriter([self.console, *self.tb]))
+
+  def write(self, step: int, per_seed: Mapping[str, np.ndarray]) -> None:
+    """per_seed[name][i] is seed i's value: a JSONL record and TB scalars per seed."""
+    self.console.write_scalars(step, per_seed)
     if not self.active:
       return
-    self._truncate(resume_step)
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    self._tf = tf
-    for seed in self.seeds:
-      self._tb[seed] = tf.summary.create_file_writer(os.path.join(workdir, 'tb', f'seed_{seed}'))
+    records = [dict({k: float(np.asarray(v)[i]) for k, v in per_seed.items()},
+                    step=int(step), seed=int(seed)) for i, seed in enumerate(self.seeds)]
+    with open(self.path, 'a') as f:
+      f.writelines(_line(r) for r in records)
+    for writer, record in zip(self.tb, records):
+      writer.write_scalars(step, {k: v for k, v in record.items() if k not in ('step', 'seed')})
+      writer.flush()
 
-  def _truncate(self, resume_step: int) -> None:
-    """Drops records after the step we resume from (they are about to be written again)."""
-    records = [r for r in read_metrics(self.workdir) if r['step'] <= resume_step]
-    path = os.path.join(self.workdir, METRICS_FILE)
-    tmp = path + '.tmp'
-    with open(tmp, 'w') as f:
-      for r in records:
-        f.write(json.dumps(r, sort_keys=True) + '\n')
-    os.replace(tmp, path)
-
-  def write(self, step: int, per_seed: Mapping[str, np.ndarray],
-            extra: Mapping[str, float] | None = None) -> None:
-    """Writes per_seed[name][i] for seed i (JSONL + TB) and ``extra`` (TB only: timings)."""
-    if not self.active:
-      return
-    with open(os.path.join(self.workdir, METRICS_FILE), 'a') as f:
-      for i, seed in enumerate(self.seeds):
-        record = {'step': int(step), 'seed': int(seed)}
-        record.update({k: float(np.asarray(v)[i]) for k, v in per_seed.items()})
-        f.write(json.dumps(record, sort_keys=True) + '\n')
-        with self._tb[seed].as_default(step=step):
-          for k, v in record.items():
-            if k not in ('step', 'seed'):
-              self._tf.summary.scalar(k, v)
-          for k, v in (extra or {}).items():
-            self._tf.summary.scalar(k, v)
-    for w in self._tb.values():
-      w.flush()
+  def step_time(self) -> float | None:
+    """Median seconds per step over the reported windows (the first, with compilation, aside)."""
+    rates = self.console.rates[1:] or self.console.rates
+    return float(1.0 / np.median(rates)) if rates else None
 
   def close(self) -> None:
-    for w in self._tb.values():
-      w.close()
+    for writer in self.tb:
+      writer.close()
 
 
-def console(message: str) -> None:
-  """A timestamped progress line on stdout (process 0 only)."""
-  if jax.process_index() == 0:
-    print(f'{time.strftime("%H:%M:%S")} {message}', flush=True)
+def _line(record: Mapping[str, Any]) -> str:
+  return json.dumps(record, sort_keys=True) + '\n'

@@ -174,35 +174,29 @@ def process_rows(mesh: Mesh, global_batch_size: int) -> tuple[int, int]:
   return start // rows, global_batch_size // rows
 
 
-def _spec(names: Sequence[str | None], shape: Sequence[int], mesh: Mesh,
-          rules: Sequence[tuple[str, Any]], what: str) -> P:
-  spec = list(model_sharding.logical_to_mesh(names, rules))
-  for i, (axes, dim) in enumerate(zip(spec, shape)):
-    size = math.prod(mesh.shape[a] for a in ((axes,) if isinstance(axes, str) else axes or ()))
-    if size > 1 and dim % size:
-      logging.info('%s: dimension %d (%d) is not divisible by mesh axes %s (%d); replicated.',
-                   what, i, dim, axes, size)
-      spec[i] = None
-  return P(*spec)
-
-
 def param_specs(abstract_params: nnx.State, mesh: Mesh,
                 rules: Sequence[tuple[str, Any]]) -> dict[str, Any]:
   """PartitionSpecs of the parameters, as the pure nested dict ``nnx.to_pure_dict`` makes.
 
-  Args:
-    abstract_params: the model's abstract ``nnx.State`` (from ``jax.eval_shape(models.init)``),
-      whose ``nnx.Param`` variables carry their logical axis names as ``out_sharding``.
+  ``nnx.get_partition_spec`` maps each parameter's logical names (its ``out_sharding``) through
+  ``rules``; a mesh axis is then used once per parameter (``distinct_axes``), and a dimension
+  that its mesh axes do not divide is replicated (and logged).
   """
-  out: dict[Any, Any] = {}
-  for path, variable in abstract_params.flat_state():
-    names = variable.get_metadata().get('out_sharding') or (None,) * variable.value.ndim
-    node = out
-    for key in path[:-1]:
-      node = node.setdefault(key, {})
-    node[path[-1]] = _spec(names, variable.value.shape, mesh, rules,
-                           '/'.join(str(k) for k in path))
-  return out
+  with nnx.logical_axis_rules(rules):
+    specs = nnx.to_pure_dict(nnx.get_partition_spec(abstract_params))
+  shapes = nnx.to_pure_dict(abstract_params)
+
+  def fit(path, spec: P, shape) -> P:
+    spec = list(model_sharding.distinct_axes(spec)) + [None] * (len(shape.shape) - len(spec))
+    for i, (axes, dim) in enumerate(zip(spec, shape.shape)):
+      size = math.prod(mesh.shape[a] for a in ((axes,) if isinstance(axes, str) else axes or ()))
+      if size > 1 and dim % size:
+        logging.info('%s: dimension %d (%d) is not divisible by mesh axes %s (%d); replicated.',
+                     jax.tree_util.keystr(path), i, dim, axes, size)
+        spec[i] = None
+    return P(*spec)
+
+  return jax.tree_util.tree_map_with_path(fit, specs, shapes, is_leaf=lambda x: isinstance(x, P))
 
 
 def state_shardings(abstract_state: Any, abstract_params: nnx.State, tx: Any, mesh: Mesh,

@@ -1,6 +1,6 @@
 """Preemption notices (SIGTERM): every process agrees on one step, saves there and exits 0.
 
-With the JAX distributed runtime (several processes), the notice that any process receives is
+With several processes (the JAX distributed runtime), the notice that any process receives is
 propagated to all of them by JAX's preemption sync manager, which picks the same step for all
 (``multihost_utils.reached_preemption_sync_point``; the runtime installs the SIGTERM handler).
 A single process installs its own SIGTERM handler and stops at the next step.
@@ -12,7 +12,7 @@ import signal
 import threading
 
 from absl import logging
-from jax._src import distributed as jax_distributed
+import jax
 from jax.experimental import multihost_utils
 
 
@@ -32,7 +32,7 @@ class Watcher:
   """
 
   def __init__(self):
-    self._multihost = jax_distributed.global_state.client is not None
+    self._multihost = jax.process_count() > 1
     self._received = threading.Event()
     self._previous = None
 

@@ -1,8 +1,8 @@
 """The pure train and eval steps.
 
-Every array in the train state has a leading seed axis S: ``S`` seeds of one configuration
+Every array in the train state has a leading seed axis N: ``N`` seeds of one configuration
 train together in one jitted step, ``jax.vmap``-ed over that axis (different init and dropout
-keys, shared batches). S = 1 is an ordinary run. The steps are pure functions
+keys, shared batches). N = 1 is an ordinary run. The steps are pure functions
 ``(state, batch) -> (state, metrics)``; ``make_train_step`` wraps them once in ``jax.jit`` with
 shardings and a donated state.
 """
@@ -24,14 +24,14 @@ Params = Any
 
 
 class TrainState(flax.struct.PyTreeNode):
-  """Training state of S seeds (leading axis S on every field).
+  """Training state of N seeds (leading axis N on every field).
 
   Attributes:
-    step: int32 [S], train steps taken (identical across seeds).
-    params: the model parameters as a pure nested dict of [S, ...] arrays.
+    step: int32 [N], train steps taken (identical across seeds).
+    params: the model parameters as a pure nested dict of [N, ...] arrays.
     opt_state: the optax state.
-    key: uint32 [S, 2], each seed's base PRNG key; step t's dropout key is fold_in(key, t).
-    skipped: int32 [S], updates skipped because the loss or gradients were not finite.
+    key: uint32 [N, 2], each seed's base PRNG key; step t's dropout key is fold_in(key, t).
+    skipped: int32 [N], updates skipped because the loss or gradients were not finite.
   """
 
   step: jax.Array
@@ -42,8 +42,8 @@ class TrainState(flax.struct.PyTreeNode):
 
 
 def model_inputs(batch: Batch) -> tuple[jax.Array, jax.Array, jax.Array]:
-  """inputs [B, L], positions [B, L] and the padding mask [B, L] (token id 0 is padding)."""
-  return batch['inputs'], batch['positions'], batch['inputs'] != 0
+  """inputs [B, L], positions [B, L] and the padding mask [B, L] (true at real tokens)."""
+  return batch['inputs'], batch['positions'], batch['mask']
 
 
 def loss_and_metrics(logits_BxC: jax.Array, batch: Batch) -> tuple[jax.Array, dict]:

@@ -14,6 +14,7 @@ def get_config():
   c.model.init_std = 0.02  # BERT init at this width.
   c.model.dropout_rate = 0.1  # Real text, many epochs.
   c.data.max_length = 256
+  c.model.max_length = 256  # `learned`: the training length.
   c.train.num_steps = 10000
   c.train.eval_every = 1000
   c.train.checkpoint_every = 1000

@@ -27,6 +27,7 @@ def get_config():
   # ~200 steps, so the comparison is about positions, not about escaping the plateau.
   c.model.init_std = 0.1
   c.model.dropout_rate = 0.0  # 300 x 32 examples is under one epoch of the 20k: no overfitting.
+  c.model.max_length = 64  # `learned` has embeddings for the training length only (as BERT).
   c.train.num_steps = 300
   c.train.batch_size = 32
   c.train.eval_every = 100

@@ -18,9 +18,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 import jax  # pylint: disable=g-import-not-at-top
 import numpy as np
 
-import data as data_lib
 from configs import tiny
-from training import trainer
+from training import validation
+from training.experiment import Experiment
 
 MESHES = ((1, 1, 1), (8, 1, 1), (2, 4, 1), (2, 2, 2), (1, 1, 8))
 PARAMS = ('layers/0/attention/query/kernel', 'layers/0/intermediate/kernel',
@@ -59,10 +59,10 @@ def main():
   batches = None
   for mesh in MESHES:
     devices = jax.devices()[:1] if mesh == (1, 1, 1) else None
-    exp = trainer.Experiment(config_for(args.data_dir, mesh), workdir, devices=devices)
+    config = config_for(args.data_dir, mesh)
+    exp = Experiment(config, workdir, validation.validate(config, devices=devices))
     if batches is None:
-      it = data_lib.train_iterator(exp.config.data, workdir=workdir, seed=0,
-                                   global_batch_size=exp.config.train.batch_size)
+      it = exp.dataset.train_batches(seed=0, global_batch_size=config.train.batch_size)
       batches = [next(it) for _ in range(args.steps)]
     state = exp.init_state()
     losses, norms = [], []

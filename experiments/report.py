@@ -17,12 +17,18 @@ import os
 import platform
 from typing import Any, Sequence
 
+import flax
+import jax
 import numpy as np
+import optax
+from scipy import stats
 
+from data import storage
+from experiments import plots
 from training import metrics as metrics_lib
+from training.trainer import SUMMARY_FILE
 
 NOT_APPLICABLE_FILE = 'not_applicable.json'
-SUMMARY_FILE = 'summary.json'
 
 
 @dataclasses.dataclass
@@ -61,7 +67,6 @@ def load_run(path: str, name: str | None = None) -> Run | None:
 
 def welch(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float]:
   """Mean difference a - b, its 95% CI half-width and the two-sided Welch t-test p-value."""
-  from scipy import stats  # pylint: disable=g-import-not-at-top
   a, b = np.asarray(a, float), np.asarray(b, float)
   diff = a.mean() - b.mean()
   if len(a) < 2 or len(b) < 2:
@@ -166,9 +171,6 @@ def results_rows(runs: Sequence[Run]) -> list[dict[str, Any]]:
 
 
 def environment() -> str:
-  import jax  # pylint: disable=g-import-not-at-top
-  import flax  # pylint: disable=g-import-not-at-top
-  import optax  # pylint: disable=g-import-not-at-top
   dev = jax.devices()[0]
   return (f'{platform.platform()}, {os.cpu_count()} CPU cores, {jax.device_count()} x '
           f'{dev.device_kind}; Python {platform.python_version()}, jax {jax.__version__}, '
@@ -178,7 +180,6 @@ def environment() -> str:
 def write_report(out_dir: str, runs: Sequence[Run], *, command: str, config_json: str,
                  reference: str = 'rotary', extra: str = '') -> str:
   """Writes report.md, results.csv, results.json and the plots into out_dir; returns the md."""
-  from analysis import plots  # pylint: disable=g-import-not-at-top
   os.makedirs(out_dir, exist_ok=True)
   datasets = sorted({r.dataset for r in runs})
   parts = ['# Position-scheme ablation', '',
@@ -195,7 +196,8 @@ def write_report(out_dir: str, runs: Sequence[Run], *, command: str, config_json
     ds_runs = [r for r in runs if r.dataset == ds]
     parts += [f'## {ds}', '', dataset_table(ds_runs, reference), '']
     slug = ds.replace('/', '_')
-    plots.plot_learning_curves(os.path.join(out_dir, f'curves_{slug}.png'), ds_runs,
+    curves = {r.position: learning_curve(r) for r in ds_runs if r.summary}
+    plots.plot_learning_curves(os.path.join(out_dir, f'curves_{slug}.png'), curves,
                                title=f'{ds}: validation accuracy')
     plots.plot_extrapolation(os.path.join(out_dir, f'extrapolation_{slug}.png'), ds_runs,
                              title=f'{ds}: accuracy vs evaluation length')
@@ -204,19 +206,16 @@ def write_report(out_dir: str, runs: Sequence[Run], *, command: str, config_json
   parts += ['RoPE long-term decay (paper Figure 2) and scaling variants:', '',
             '![decay](rope_decay.png)', '', '## Config', '', '```json', config_json, '```', '']
   md = '\n'.join(parts)
-  with open(os.path.join(out_dir, 'report.md'), 'w') as f:
-    f.write(md)
+  storage.write_atomically(os.path.join(out_dir, 'report.md'), md)
   rows = results_rows(runs)
-  with open(os.path.join(out_dir, 'results.json'), 'w') as f:
-    json.dump(rows, f, indent=1)
+  storage.write_json(os.path.join(out_dir, 'results.json'), rows)
   buf = io.StringIO()
   fields = ['run', 'dataset', 'position', 'attention', 'seed', 'split', 'length', 'accuracy',
             'num_params', 'step_time_s', 'note']
   writer = csv.DictWriter(buf, fieldnames=fields, extrasaction='ignore')
   writer.writeheader()
   writer.writerows(rows)
-  with open(os.path.join(out_dir, 'results.csv'), 'w') as f:
-    f.write(buf.getvalue())
+  storage.write_atomically(os.path.join(out_dir, 'results.csv'), buf.getvalue())
   return md
 
 

@@ -1,8 +1,8 @@
-"""Config checks run before any data is read or anything is compiled.
+"""``validate(config, workdir)``: every check of a run's config, once, before anything heavy.
 
-Every message names the field and the fix. ``check_resume_compatible`` compares a config with the
-one saved in a workdir, so resuming with a config that would not fit the checkpoint names the
-differing fields instead of failing later with a shape error.
+No data is read, nothing is compiled and the workdir is not touched. Every message names the
+field and the fix. Resuming is part of it: a workdir whose saved config differs in a field that
+shapes the run is refused, naming the differing fields.
 """
 
 from __future__ import annotations
@@ -10,11 +10,17 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Any
+from typing import Any, Sequence
 
+import jax
 import ml_collections
 
+import data
 import models
+import rope
+from data import storage
+from training import optim
+from training import partitioning
 
 CONFIG_FILE = 'config.json'
 # Config fields that may change when a run is resumed (everything else must match).
@@ -22,48 +28,43 @@ RESUMABLE_FIELDS = ('train.num_steps', 'train.eval_every', 'train.log_every',
                     'train.checkpoint_every', 'train.keep_checkpoints', 'train.eval_batch_size',
                     'train.compilation_cache_dir', 'train.skip_nonfinite', 'data.data_dir',
                     'data.prefetch', 'mesh.data', 'mesh.fsdp', 'mesh.tensor', 'mesh.dcn_data',
-                    'mesh.dcn_fsdp', 'mesh.dcn_tensor', 'mesh.rules',
-                    'model.fused_qkv', 'model.remat')
+                    'mesh.dcn_fsdp', 'mesh.dcn_tensor', 'mesh.rules', 'model.attention_impl',
+                    'model.remat')
 
 
-def validate_config(config: ml_collections.ConfigDict) -> None:
-  """Checks the config before any data is read, with messages that name the field and the fix.
+def model_config(config: ml_collections.ConfigDict, *, vocab_size: int,
+                 num_classes: int) -> models.ModelConfig:
+  """The model of a run: the ``model`` and ``rope`` groups plus the data's sizes."""
+  return models.ModelConfig(**config.model, rope=rope.RopeConfig(**config.rope),
+                            vocab_size=vocab_size, num_classes=num_classes)
 
-  The training and optimizer fields, the model and rope fields (``models.ModelConfig``:
-  position scheme, attention kind, sizes, rotary options), then the dataset and tokenizer names
-  (which import the data pipeline, TensorFlow, so the checks before take a second or two).
+
+def validate(config: ml_collections.ConfigDict, workdir: str | None = None,
+             devices: Sequence[jax.Device] | None = None) -> jax.sharding.Mesh:
+  """Checks a run's config (and its workdir, if given); returns the mesh over ``devices``.
+
+  Raises:
+    ValueError: naming the field and the fix.
   """
-  _check_training_fields(config)
-  _check_model_fields(config)
-  _check_data_names(config)  # last: it imports the data pipeline (TensorFlow)
+  check_run_fields(config)
+  check_model(config)
+  mesh = check_devices(config, devices)
+  if workdir is not None:
+    check_resume_compatible(config, workdir)
+  return mesh
 
 
-def _check_model_fields(config: ml_collections.ConfigDict) -> None:
-  """The model fields (sizes, position scheme, attention, rope), before any data is read."""
-  d = config.data
-  model_config = models.ModelConfig.from_config(config, vocab_size=2, num_classes=2)
-  if model_config.position == 'learned' and model_config.max_length < d.max_length:
-    raise ValueError(f'model.max_length={model_config.max_length} is shorter than '
-                     f'data.max_length={d.max_length}: model.position=learned has no embedding '
-                     'for the later positions. Raise model.max_length (or leave it unset).')
-
-
-def validate_run_fields(config: ml_collections.ConfigDict) -> None:
-  """Checks the train, optim and data fields (what an ablation shares by all its runs)."""
-  _check_training_fields(config)
-  _check_data_names(config)
-
-
-def _check_training_fields(config: ml_collections.ConfigDict) -> None:
-  t, o = config.train, config.optim
+def check_run_fields(config: ml_collections.ConfigDict) -> None:
+  """The train, optim and data fields (what the runs of an ablation share)."""
+  t, o, d = config.train, config.optim, config.data
   for name in ('num_steps', 'batch_size', 'eval_batch_size', 'eval_every', 'log_every',
                'checkpoint_every', 'keep_checkpoints', 'num_seeds'):
     if t[name] <= 0:
       raise ValueError(f'train.{name} must be > 0, got {t[name]}: pass a positive integer, '
                        f'e.g. --config.train.{name}={max(1, abs(t[name]) or 1)}.')
-  if config.data.max_length <= 1:
+  if d.max_length <= 1:
     raise ValueError(f'data.max_length must be > 1 ([CLS] plus at least one token), got '
-                     f'{config.data.max_length}: pass e.g. --config.data.max_length=64.')
+                     f'{d.max_length}: pass e.g. --config.data.max_length=64.')
   if o.learning_rate < 0:
     raise ValueError(f'optim.learning_rate must be >= 0, got {o.learning_rate}: pass the peak '
                      'learning rate as a positive number, e.g. --config.optim.learning_rate=1e-3.')
@@ -74,36 +75,28 @@ def _check_training_fields(config: ml_collections.ConfigDict) -> None:
     raise ValueError(f'optim.warmup_steps={o.warmup_steps} must be between 0 and the number of '
                      f'optimizer updates ({t.num_steps // o.grad_accum_steps}); shorten the '
                      'warmup or train longer.')
+  optim.learning_rate_schedule(o, t.num_steps // o.grad_accum_steps)  # the schedule's name
+  for field, value, valid in (('name', d.name, data.DATASET_NAMES),
+                              ('tokenizer', d.tokenizer, data.TOKENIZERS)):
+    if value not in valid:
+      raise ValueError(f'data.{field}={value!r} is not valid; valid choices: '
+                       f'{", ".join(valid)}.')
 
 
-def _check_data_names(config: ml_collections.ConfigDict) -> None:
-  d = config.data
-  import data as data_lib  # pylint: disable=g-import-not-at-top  (TensorFlow: only when needed)
-  if d.name not in data_lib.DATASET_NAMES:
-    raise ValueError(f'data.name={d.name!r} is not a known dataset; valid: '
-                     f'{", ".join(data_lib.DATASET_NAMES)}.')
-  if d.tokenizer not in data_lib.TOKENIZERS:
-    raise ValueError(f'data.tokenizer={d.tokenizer!r} is not valid; valid choices: '
-                     f'{", ".join(data_lib.TOKENIZERS)}.')
+def check_model(config: ml_collections.ConfigDict) -> models.ModelConfig:
+  """The model and rope fields, with placeholder data sizes (the data is not read yet)."""
+  cfg = model_config(config, vocab_size=1, num_classes=1)
+  if cfg.position == 'learned' and cfg.max_length < config.data.max_length:
+    raise ValueError(f'model.max_length={cfg.max_length} is shorter than '
+                     f'data.max_length={config.data.max_length}: model.position=learned has no '
+                     'embedding for the later positions. Raise model.max_length.')
+  return cfg
 
 
-def check_before_start(config: ml_collections.ConfigDict, workdir: str) -> None:
-  """Everything train.py can check in a second or two, before TensorFlow is imported and before
-  the workdir is touched: the training, optimizer and model fields, the mesh against the devices,
-  the batch sizes against the mesh, a workdir holding another run; then the dataset and tokenizer
-  names (which import the data pipeline)."""
-  _check_training_fields(config)
-  _check_model_fields(config)
-  check_devices(config)
-  check_resume_compatible(config, os.path.abspath(os.path.expanduser(workdir)))
-  _check_data_names(config)
-
-
-def check_devices(config: ml_collections.ConfigDict, devices=None):
+def check_devices(config: ml_collections.ConfigDict,
+                  devices: Sequence[jax.Device] | None = None) -> jax.sharding.Mesh:
   """Builds the mesh of ``config.mesh`` on ``devices`` (default: all) and checks the batch sizes
-  against it, before any data is read. Returns the mesh."""
-  import jax  # pylint: disable=g-import-not-at-top
-  from training import partitioning  # pylint: disable=g-import-not-at-top
+  against it. Returns the mesh."""
   mesh = partitioning.make_mesh(config.mesh, devices)
   dp, processes = partitioning.data_parallel_size(mesh), jax.process_count()
   for name in ('batch_size', 'eval_batch_size'):
@@ -113,16 +106,6 @@ def check_devices(config: ml_collections.ConfigDict, devices=None):
                        f'devices and {processes} processes; use a multiple of '
                        f'{math.lcm(dp, processes)}.')
   return mesh
-
-
-def _flatten(d: dict, prefix: str = '') -> dict[str, Any]:
-  out = {}
-  for k, v in d.items():
-    if isinstance(v, dict):
-      out.update(_flatten(v, f'{prefix}{k}.'))
-    else:
-      out[f'{prefix}{k}'] = v
-  return out
 
 
 def check_resume_compatible(config: ml_collections.ConfigDict, workdir: str) -> None:
@@ -141,6 +124,13 @@ def check_resume_compatible(config: ml_collections.ConfigDict, workdir: str) -> 
                      'Use a new --workdir, or the saved settings to resume.')
 
 
+def save_config(config: ml_collections.ConfigDict, workdir: str) -> None:
+  """Writes the resolved config into the workdir (process 0)."""
+  if jax.process_index() == 0:
+    storage.write_json(os.path.join(workdir, CONFIG_FILE),
+                       json.loads(config.to_json_best_effort()))
+
+
 def load_config(workdir: str) -> ml_collections.ConfigDict:
   """The resolved config saved by ``train_and_evaluate`` in a workdir."""
   if not os.path.isdir(workdir):
@@ -152,6 +142,16 @@ def load_config(workdir: str) -> ml_collections.ConfigDict:
                             'train.py run (or that run did not get past its start): pass the '
                             '--workdir given to train.py.')
   return ml_collections.ConfigDict(_read_json(path))
+
+
+def _flatten(d: dict, prefix: str = '') -> dict[str, Any]:
+  out = {}
+  for k, v in d.items():
+    if isinstance(v, dict):
+      out.update(_flatten(v, f'{prefix}{k}.'))
+    else:
+      out[f'{prefix}{k}'] = v
+  return out
 
 
 def _read_json(path: str) -> dict[str, Any]:

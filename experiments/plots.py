@@ -33,31 +33,30 @@ def plot_decay(path: str, *, head_dim: int = 128, base: float = 10000.0,
   """RoPE's long-term decay (paper Figure 2) next to the frequency-scaling variants."""
   plt = _pyplot()
   distances = np.arange(max_distance + 1)
-  variants = {'rope (paper)': None}
+  variants = {'rope (paper)': rope.RopeConfig(base=base)}
   for kind in rope.SCALING_KINDS[1:]:
-    variants[f'{kind} x{factor:g}'] = rope.Scaling(kind, factor, original_max_length)
+    variants[f'{kind} x{factor:g}'] = rope.RopeConfig(
+        base=base, scaling=kind, scaling_factor=factor, original_max_length=original_max_length)
   fig, ax = plt.subplots(figsize=(7, 4))
-  for label, scaling in variants.items():
-    ax.plot(distances, rope.decay_bound(distances, head_dim, base, scaling), label=label,
-            lw=2 if scaling is None else 1)
+  for label, config in variants.items():
+    ax.plot(distances, rope.decay_bound(distances, head_dim, config), label=label,
+            lw=2 if config.scaling == 'none' else 1)
   _finish(fig, ax, path, xlabel='relative distance m - n',
           ylabel='relative upper bound (1/(d/2)) sum |S_j|',
           title=f'RoPE long-term decay (d={head_dim}, base={base:g})')
 
 
-def plot_learning_curves(path: str, runs, *, title: str) -> None:
-  """Validation accuracy vs step per scheme: mean over seeds with a min-max band."""
-  from analysis import report  # pylint: disable=g-import-not-at-top
+def plot_learning_curves(path: str, curves, *, title: str) -> None:
+  """Validation accuracy vs step per scheme: mean over seeds with a min-max band.
+
+  ``curves``: label -> (steps [T], accuracy [seeds, T]).
+  """
   plt = _pyplot()
   fig, ax = plt.subplots(figsize=(7, 4))
-  for run in runs:
-    if not run.summary:
-      continue
-    steps, acc = report.learning_curve(run)
+  for label, (steps, acc) in curves.items():
     if not len(steps):
       continue
-    mean = np.nanmean(acc, axis=0)
-    (line,) = ax.plot(steps, mean, label=run.position, marker='o', ms=3)
+    (line,) = ax.plot(steps, np.nanmean(acc, axis=0), label=label, marker='o', ms=3)
     if acc.shape[0] > 1:
       ax.fill_between(steps, np.nanmin(acc, 0), np.nanmax(acc, 0), color=line.get_color(),
                       alpha=0.15)

@@ -11,18 +11,19 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import json
 import os
 import time
-from typing import Callable
 
 import jax
 import ml_collections
 
-from analysis import report as report_lib
-from training import metrics as metrics_lib
-from training import config_checks
+import data
+import models
+from data import storage
+from experiments import report as report_lib
 from training import trainer
+from training import validation
+from training.metrics import console
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,12 +47,32 @@ def _split(text: str) -> list[str]:
   return [x.strip() for x in str(text).split(',') if x.strip()]
 
 
-def grid(config: ml_collections.ConfigDict) -> list[Cell]:
-  """The cells of ``config.ablation``, datasets outermost."""
+def check_grid(config: ml_collections.ConfigDict) -> list[Cell]:
+  """The cells of ``config.ablation``, datasets outermost, after checking its names and the
+  fields every run shares: a typo is an error, never a 'not applicable' row."""
+  if 'ablation' not in config:
+    raise ValueError('The --config file has no `ablation` group, so it is not an ablation config: '
+                     'use one of configs/ablation/*.py (train.py trains a single model).')
   a = config.ablation
-  lengths = [int(x) for x in _split(a.max_lengths)] or [None]
-  return [Cell(d, p, at, n) for d in _split(a.datasets) for at in _split(a.attentions)
-          for n in lengths for p in _split(a.positions)]
+  for field, valid in (('datasets', data.DATASET_NAMES), ('positions', tuple(models.SCHEMES)),
+                       ('attentions', models.ATTENTION_KINDS)):
+    names = _split(a[field])
+    if not names:
+      raise ValueError(f'ablation.{field} is empty: list at least one of {", ".join(valid)}.')
+    unknown = [n for n in names if n not in valid]
+    if unknown:
+      raise ValueError(f'ablation.{field} names {", ".join(map(repr, unknown))}, not among '
+                       f'the valid {", ".join(valid)}; fix --config.ablation.{field}.')
+  try:
+    lengths = [int(x) for x in _split(a.max_lengths)] or [None]
+  except ValueError:
+    raise ValueError(f'ablation.max_lengths={a.max_lengths!r} must be comma-separated integers '
+                     '(or empty).') from None
+  cells = [Cell(d, p, at, n) for d in _split(a.datasets) for at in _split(a.attentions)
+           for n in lengths for p in _split(a.positions)]
+  for cell in cells:
+    validation.check_run_fields(cell_config(config, cell))
+  return cells
 
 
 def select(cells: list[Cell], only: str) -> list[Cell]:
@@ -71,7 +92,8 @@ def select(cells: list[Cell], only: str) -> list[Cell]:
 
 
 def cell_config(config: ml_collections.ConfigDict, cell: Cell) -> ml_collections.ConfigDict:
-  """The run config of one cell: the base config with only the studied fields changed."""
+  """The run config of one cell: the base config with only the studied fields changed (a
+  length also sets the ``learned`` table's size, so it covers the training length)."""
   base = config.to_dict()  # a deep copy
   base.pop('ablation')
   c = ml_collections.ConfigDict(base, type_safe=True)
@@ -79,44 +101,45 @@ def cell_config(config: ml_collections.ConfigDict, cell: Cell) -> ml_collections
   c.model.position = cell.position
   c.model.attention = cell.attention
   if cell.max_length:
-    c.data.max_length = cell.max_length
+    c.data.max_length = c.model.max_length = cell.max_length
   c.train.num_seeds = config.ablation.num_seeds
   return c
 
 
-def run_grid(config: ml_collections.ConfigDict, workdir: str, *, only: str = '',
-             command: str = '', train_fn: Callable = trainer.train_and_evaluate) -> str:
-  """Runs (or skips, if finished) every selected cell, then writes and returns the report."""
+def run_grid(config: ml_collections.ConfigDict, workdir: str, cells: list[Cell], *,
+             command: str = '') -> str:
+  """Runs (or skips, if finished) every cell, then writes and returns the report."""
   workdir = os.path.abspath(os.path.expanduser(workdir))
   os.makedirs(workdir, exist_ok=True)
-  cells = select(grid(config), only)
   todo = [c for c in cells if report_lib.load_run(os.path.join(workdir, c.name)) is None]
-  metrics_lib.console(f'Ablation: {len(cells)} runs ({len(cells) - len(todo)} already '
-                      f'finished), {config.ablation.num_seeds} seed(s) each, in {workdir}.')
+  console(f'Ablation: {len(cells)} runs ({len(cells) - len(todo)} already finished), '
+          f'{config.ablation.num_seeds} seed(s) each, in {workdir}.')
   started, durations = time.perf_counter(), []
   for i, cell in enumerate(todo):
-    run_dir = os.path.join(workdir, cell.name)
-    t0 = time.perf_counter()
-    metrics_lib.console(f'[{len(cells) - len(todo) + i + 1}/{len(cells)}] {cell.name}')
+    run_dir, t0 = os.path.join(workdir, cell.name), time.perf_counter()
+    console(f'[{len(cells) - len(todo) + i + 1}/{len(cells)}] {cell.name}')
+    run_config = cell_config(config, cell)
     try:
-      run_config = cell_config(config, cell)
-      config_checks.validate_config(run_config)
+      validation.check_model(run_config)
     except ValueError as e:  # e.g. a bias scheme with linear attention
-      metrics_lib.console(f'  not applicable: {e}')
-      os.makedirs(run_dir, exist_ok=True)
-      if jax.process_index() == 0:
-        with open(os.path.join(run_dir, report_lib.NOT_APPLICABLE_FILE), 'w') as f:
-          json.dump({'dataset': cell.dataset, 'position': cell.position,
-                     'attention': cell.attention, 'reason': str(e)}, f)
+      console(f'  not applicable: {e}')
+      _mark_not_applicable(run_dir, cell, str(e))
       continue
-    train_fn(run_config, run_dir)
+    trainer.train_and_evaluate(run_config, run_dir)
     durations.append(time.perf_counter() - t0)
     left = len(todo) - i - 1
-    eta = left * sum(durations) / len(durations)
-    metrics_lib.console(f'  done in {durations[-1]:.0f}s; {len(cells) - left}/{len(cells)} '
-                        f'runs finished, ETA {eta / 60:.1f} min')
-  metrics_lib.console(f'Ablation finished in {(time.perf_counter() - started) / 60:.1f} min.')
+    console(f'  done in {durations[-1]:.0f}s; {len(cells) - left}/{len(cells)} runs finished, '
+            f'ETA {left * sum(durations) / len(durations) / 60:.1f} min')
+  console(f'Ablation finished in {(time.perf_counter() - started) / 60:.1f} min.')
   return build_report(config, workdir, cells, command=command)
+
+
+def _mark_not_applicable(run_dir: str, cell: Cell, reason: str) -> None:
+  if jax.process_index() == 0:
+    os.makedirs(run_dir, exist_ok=True)
+    storage.write_json(os.path.join(run_dir, report_lib.NOT_APPLICABLE_FILE), {
+        'dataset': cell.dataset, 'position': cell.position, 'attention': cell.attention,
+        'reason': reason})
 
 
 def build_report(config: ml_collections.ConfigDict, workdir: str, cells: list[Cell], *,

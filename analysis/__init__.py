@@ -1,1 +1,0 @@
-"""Reports and plots built from finished runs (imports matplotlib lazily)."""

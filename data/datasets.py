@@ -1,0 +1,229 @@
+"""Loading a dataset by name: its info, training batches and evaluation batches.
+
+``load(data_config, workdir)`` resolves ``data.name`` (``data.DATASET_NAMES``) to a source, a
+tokenizer and a ``DatasetInfo``, preparing embedded datasets and training SentencePiece on first
+use. Batches are dicts of NumPy arrays (``data/pipeline.py``).
+
+Multi-host: global batch i depends only on (data, seed, i); each process yields its rows of it,
+so the data a step sees does not depend on the number of processes. For evaluation each process
+reads the split (evaluation splits are small) and keeps its part, and all processes yield the
+same number of batches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Iterator
+
+import jax
+import ml_collections
+import tensorflow_datasets as tfds
+
+import data
+from data import files as files_lib
+from data import fortunes
+from data import listops
+from data import pipeline
+from data import position_probes
+from data import sources
+from data import tokenizers
+from data.pipeline import Batch
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetInfo:
+  """What the model and training loop need to know about a dataset.
+
+  Attributes:
+    name: ``data.name``.
+    num_classes: number of labels.
+    class_names: label names, in class-id order.
+    vocab_size: token ids are in [0, vocab_size).
+    train_length: tokens per training example (``data.max_length``, including [CLS]).
+    eval_splits: evaluation split -> its natural length in tokens, e.g. ``{'validation': 64,
+      'test': 64, 'test_128': 128, 'test_256': 256}`` for the probes; ``data.max_length`` for
+      datasets of natural text.
+    num_train_examples: training examples (all hosts together).
+  """
+
+  name: str
+  num_classes: int
+  class_names: tuple[str, ...]
+  vocab_size: int
+  train_length: int
+  eval_splits: dict[str, int]
+  num_train_examples: int
+
+
+def embedded_builder(name: str, data_dir: str | None) -> tfds.core.GeneratorBasedBuilder:
+  """The TFDS builder of an embedded dataset (``data.EMBEDDED_DATASETS``); not prepared yet."""
+  if name.startswith('position_probes/'):
+    return position_probes.PositionProbes(config=name.split('/', 1)[1], data_dir=data_dir)
+  if name == 'listops':
+    return listops.Listops(config='listops', data_dir=data_dir)
+  if name == 'listops/small':
+    return listops.Listops(config='small', data_dir=data_dir)
+  if name == 'fortunes':
+    return fortunes.Fortunes(config='topics', data_dir=data_dir)
+  raise ValueError(f'{name!r} is not an embedded dataset; valid: {data.EMBEDDED_DATASETS}')
+
+
+def _natural_lengths(builder: tfds.core.DatasetBuilder | None, splits: tuple[str, ...],
+                     max_length: int) -> dict[str, int]:
+  """Split -> length in tokens that holds its examples: fixed by generated datasets' configs,
+  ``max_length`` (truncating) for natural text."""
+  config = builder.builder_config if builder else None
+  if isinstance(config, position_probes.PositionProbesConfig):
+    return config.split_lengths()
+  if isinstance(config, listops.ListOpsConfig):
+    return {split: config.max_length for split in splits}
+  return {split: max_length for split in splits}
+
+
+def load(data_config: ml_collections.ConfigDict, workdir: str | None) -> Dataset:
+  """Resolves ``data.name`` to a source, tokenizer and info (preparing embedded datasets)."""
+  name = data_config.name
+  builder = None
+  if name == 'files':
+    source = files_lib.FilesSource(
+        train_files=data_config.train_files, validation_files=data_config.validation_files,
+        test_files=data_config.test_files, text_column=data_config.text_column,
+        label_column=data_config.label_column, workdir=workdir)
+  elif name in data.TFDS_TEXT_DATASETS:
+    source = sources.tfds_text_source(name, data_config.data_dir)
+  elif name in data.EMBEDDED_DATASETS:
+    builder = embedded_builder(name, data_config.data_dir)
+    source = sources.embedded_source(builder)
+  else:
+    raise ValueError(f'Unknown data.name {name!r}; valid: {data.DATASET_NAMES}')
+
+  lengths = _natural_lengths(builder, source.splits, data_config.max_length)
+  if lengths['train'] > data_config.max_length:
+    raise ValueError(f'{name} has training sequences of {lengths["train"]} tokens (with [CLS]); '
+                     f'data.max_length={data_config.max_length} would cut them and change labels.')
+
+  if data_config.tokenizer == 'byte':
+    tokenizer = tokenizers.ByteTokenizer()
+  elif data_config.tokenizer == 'sentencepiece':
+    if workdir is None:
+      raise ValueError('data.tokenizer=sentencepiece needs a workdir to cache spm.model')
+    tokenizer = tokenizers.load_or_train_sentencepiece(
+        workdir, name, data_config.sp_vocab_size, lambda: source.read('train')[0])
+  else:
+    raise ValueError(f'Unknown data.tokenizer {data_config.tokenizer!r}; valid: {data.TOKENIZERS}')
+
+  info = DatasetInfo(
+      name=name,
+      num_classes=len(source.class_names),
+      class_names=source.class_names,
+      vocab_size=tokenizer.vocab_size,
+      train_length=data_config.max_length,
+      eval_splits={split: n for split, n in lengths.items() if split != 'train'},
+      num_train_examples=source.num_examples('train'),
+  )
+  return Dataset(info, source, tokenizer, data_config.prefetch)
+
+
+def _process(process_index: int | None, process_count: int | None) -> tuple[int, int]:
+  index = jax.process_index() if process_index is None else process_index
+  count = jax.process_count() if process_count is None else process_count
+  if not 0 <= index < count:
+    raise ValueError(f'process_index {index} is not in [0, process_count={count})')
+  return index, count
+
+
+def _local_batch_size(global_batch_size: int, process_count: int) -> int:
+  if global_batch_size <= 0 or global_batch_size % process_count:
+    raise ValueError(f'Global batch size {global_batch_size} is not a positive multiple of the '
+                     f'{process_count} processes')
+  return global_batch_size // process_count
+
+
+@dataclasses.dataclass(frozen=True)
+class Dataset:
+  """A resolved ``data.name``: what it holds, where its examples come from, how they are
+  tokenized, and its batches.
+
+  Attributes:
+    info: what the model and training loop need to know.
+    source: the labelled texts of every split.
+    tokenizer: texts -> [CLS] + token ids.
+    prefetch: batches prepared ahead by tf.data (``data.prefetch``).
+  """
+
+  info: DatasetInfo
+  source: sources.Source
+  tokenizer: tokenizers.Tokenizer
+  prefetch: int
+
+  def train_batches(self, *, seed: int, global_batch_size: int, start_step: int = 0,
+                    process_index: int | None = None,
+                    process_count: int | None = None) -> Iterator[Batch]:
+    """Infinite training batches (this process's rows of each global batch), reshuffled every
+    epoch.
+
+    Global batch i depends only on (data, seed, i): process p of k yields rows
+    ``[p * B / k, (p + 1) * B / k)`` of it, and ``start_step=s`` yields exactly what a fresh
+    iterator yields from its s-th batch on. Each process reads the split's texts (the order is
+    global) but tokenizes only its rows. Examples have ``info.train_length`` tokens.
+
+    Args:
+      seed: data-order seed.
+      global_batch_size: examples per step over all processes.
+      start_step: index of the first batch to yield.
+      process_index, process_count: this process's block of rows, and the number of blocks
+        (default: JAX's process index and count).
+    """
+    index, count = _process(process_index, process_count)
+    batch_size = _local_batch_size(global_batch_size, count)
+    texts, labels = self.source.read('train')
+    if not len(labels):
+      raise ValueError(f'The training split of {self.info.name} is empty.')
+    return pipeline.train_batches(
+        texts, labels, self.tokenizer, length=self.info.train_length,
+        global_batch_size=global_batch_size, rows=(index * batch_size, batch_size), seed=seed,
+        start_step=start_step, prefetch=self.prefetch)
+
+  def eval_batches(self, split: str, *, global_batch_size: int, max_length: int | None = None,
+                   process_index: int | None = None,
+                   process_count: int | None = None) -> Iterator[Batch]:
+    """All examples of a split once (over all processes), in fixed order, then weight-0 padding.
+
+    Process p of k evaluates the p-th of k contiguous parts of the split; every process yields
+    ``ceil(ceil(n / k) / (global_batch_size / k))`` batches, so multi-host evaluation stays in
+    step. ``max_length``: tokens per example (None: the split's natural length); longer texts
+    are truncated.
+    """
+    index, count = _process(process_index, process_count)
+    batch_size = _local_batch_size(global_batch_size, count)
+    lengths = {'train': self.info.train_length, **self.info.eval_splits}
+    if split not in lengths:
+      raise ValueError(f'{self.info.name} has no split {split!r}; valid: {list(lengths)}')
+    texts, labels = self.source.read(split)
+    start, stop = sources.shard_bounds(len(labels), index, count)
+    num_batches = math.ceil(math.ceil(len(labels) / count) / batch_size)
+    return pipeline.eval_batches(
+        texts[start:stop], labels[start:stop], self.tokenizer,
+        length=max_length or lengths[split], batch_size=batch_size, num_batches=num_batches,
+        prefetch=self.prefetch)
+
+
+def eval_split_for_length(info: DatasetInfo, length: int) -> str:
+  """The test split to evaluate at ``length`` tokens.
+
+  Datasets with test splits of several lengths (the probes: ``test``, ``test_128``, ...) map a
+  length to the split of exactly that length; other datasets evaluate ``test`` at any length
+  (``eval_iterator(..., max_length=length)`` truncates or pads it).
+
+  Raises:
+    ValueError: for a dataset with per-length test splits, none of which has this length.
+  """
+  tests = {split: n for split, n in info.eval_splits.items()
+           if split == 'test' or split.startswith('test_')}
+  for split, n in tests.items():
+    if n == length:
+      return split
+  if len(tests) == 1:
+    return 'test'
+  raise ValueError(f'{info.name} has test splits of lengths {tests}, none of {length} tokens')

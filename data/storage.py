@@ -1,0 +1,25 @@
+"""Writing files so that readers never see a partial one: one helper for every file this project
+writes whole (JSON records, cached tokenizers, class lists, manifests, reports)."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+
+def write_atomically(path: str, content: bytes | str) -> None:
+  """Writes ``content`` via a temporary file, fsync and a rename: a reader (or a run killed at any
+  moment) sees the old file or the new one, never a mix; hosts writing the same content
+  concurrently do not corrupt it."""
+  tmp = f'{path}.tmp.{os.getpid()}'
+  with open(tmp, 'wb') as f:
+    f.write(content.encode() if isinstance(content, str) else content)
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(tmp, path)
+
+
+def write_json(path: str, obj: Any) -> None:
+  """``obj`` as indented, key-sorted JSON, written atomically."""
+  write_atomically(path, json.dumps(obj, indent=2, sort_keys=True) + '\n')

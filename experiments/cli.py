@@ -1,0 +1,91 @@
+"""The entry points' error handling: a problem the user can fix is one paragraph on stderr.
+
+``cli.run(main)`` replaces ``absl.app.run(main)``. User errors end the program with status 2 and
+``<program>: error: <message>``, without a traceback (``--verbosity=1`` prints it too):
+
+* anything raised while the flags are parsed (an unknown flag, an override of the wrong type or
+  a misspelt field, a config file that is missing or raises), with a pointer to the flags;
+* ``USER_ERRORS`` raised by ``main``: ``ValueError`` (bad input), ``OSError`` (a missing file, a
+  full disk), ``app.UsageError`` and this project's errors (a busy workdir, an unusable
+  checkpoint, a NaN loss). Each message already names the problem and the fix.
+
+Anything else is a bug and keeps its traceback. A preempted run (SIGTERM) exits 0.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+import traceback
+from typing import Callable, NoReturn
+
+from absl import app
+from absl import flags
+
+from training import checkpoints
+from training import trainer
+from training import workdir
+
+EXIT_STATUS = 2
+USER_ERRORS = (ValueError, OSError, app.UsageError, checkpoints.CheckpointError,
+               workdir.WorkdirBusyError, trainer.NonFiniteLossError)
+_DISK_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
+
+
+def _program() -> str:
+  return os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else 'python'
+
+
+def fail(message: object) -> NoReturn:
+  """Prints ``<program>: error: <message>`` (one paragraph) on stderr and exits with status 2."""
+  sys.stdout.flush()
+  print(f'{_program()}: error: {" ".join(str(message).split())}', file=sys.stderr, flush=True)
+  sys.exit(EXIT_STATUS)
+
+
+def _verbose() -> bool:
+  return flags.FLAGS['verbosity'].present and flags.FLAGS.verbosity >= 1
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+  """absl's flag parsing; any error (the config file's included) is one paragraph."""
+  try:
+    rest = flags.FLAGS(argv)
+    if 'config' in flags.FLAGS:
+      flags.FLAGS.config.keys()  # a config file that failed to load raises on first use
+    return rest
+  except Exception as e:  # pylint: disable=broad-except  (the config file is the user's code)
+    fail(f'{type(e).__name__}: {e}. Run {_program()} --helpfull for the flags; a config field '
+         'is overridden as --config.<group>.<field>=<value>, with a value of its type (every '
+         'field is in configs/default.py).')
+
+
+def describe(e: BaseException) -> str:
+  """The paragraph for a user error: its message (an operating-system error also names its
+  kind, and a full disk says what to do)."""
+  if not isinstance(e, OSError) or e.errno is None:
+    return str(e) or type(e).__name__
+  if e.errno in _DISK_FULL:
+    return (f'{type(e).__name__}: {e}. The disk (or quota) is full or read-only: free space and '
+            'rerun the same command; a training run resumes from its newest intact checkpoint.')
+  return f'{type(e).__name__}: {e}'
+
+
+
+def run(main: Callable[[list[str]], object]) -> None:
+  """``absl.app.run(main)`` with the error handling of this module."""
+
+  def wrapped(argv: list[str]) -> object:
+    try:
+      return main(argv)
+    except KeyboardInterrupt:
+      print(f'{_program()}: interrupted. Rerun the same command to resume.', file=sys.stderr,
+            flush=True)
+      sys.exit(130)
+    except USER_ERRORS as e:
+      if _verbose():
+        traceback.print_exc()
+      fail(describe(e))
+
+  app.run(wrapped, flags_parser=_parse_flags)

@@ -1,0 +1,109 @@
+"""``RopeConfig``: every RoPE option, declared once (the ``rope`` group of the configs is built
+from it, so the defaults below are the project's defaults too).
+
+Frozen and hashable: a static jit argument and part of a model's graphdef.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+LAYOUTS = ('interleaved', 'half')
+SCALING_KINDS = ('none', 'linear', 'ntk', 'yarn', 'llama3')
+
+
+def _choice(field: str, value, choices) -> None:
+  if value not in choices:
+    raise ValueError(f'Unknown RoPE {field} {value!r}; valid choices: {", ".join(choices)}.')
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RopeConfig:
+  """A RoPE variant, independent of the head size.
+
+  Attributes:
+    base: theta_i = base^(-2i/d) (paper: 10000).
+    layout: 'interleaved' rotates pairs (2i, 2i+1) as the paper and Hugging Face RoFormer;
+      'half' rotates pairs (i, i + d/2) as GPT-NeoX, LLaMA and MaxText (``rope.layouts``).
+    rotary_dim: rotate only the first rotary_dim features of each head (None: all).
+    scaling: frequency scaling for length extrapolation, one of ``SCALING_KINDS`` (see
+      ``rope.frequencies``).
+    scaling_factor: the context-extension factor s (1 is plain RoPE).
+    original_max_length: the training context length L that yarn and llama3 extend.
+    yarn_beta_fast: YaRN: dimensions turning more than this often over L are kept.
+    yarn_beta_slow: YaRN: dimensions turning less than this often over L are interpolated.
+    llama3_low_freq_factor: Llama 3.1: wavelengths above L / this are divided by s.
+    llama3_high_freq_factor: Llama 3.1: wavelengths below L / this are kept.
+    xpos: xPos (Sun et al. 2022): queries at position m are multiplied per pair by
+      zeta_i^(m / xpos_scale_base) and keys by zeta_i^(-m / xpos_scale_base),
+      zeta_i = (2i/d + 0.4) / 1.4, so q.k decays with m - n.
+    xpos_scale_base: the xPos length scale.
+    rotary_value: also rotate the values (Hugging Face RoFormer's ``rotary_value``).
+  """
+
+  base: float = 10000.0
+  layout: str = 'interleaved'
+  rotary_dim: int | None = None
+  scaling: str = 'none'
+  scaling_factor: float = 1.0
+  original_max_length: int = 512
+  yarn_beta_fast: float = 32.0
+  yarn_beta_slow: float = 1.0
+  llama3_low_freq_factor: float = 1.0
+  llama3_high_freq_factor: float = 4.0
+  xpos: bool = False
+  xpos_scale_base: float = 512.0
+  rotary_value: bool = False
+
+  def __post_init__(self):
+    check_layout(self.layout)
+    _choice('scaling', self.scaling, SCALING_KINDS)
+    if not self.base > 1.0:
+      raise ValueError(f'RoPE base must be > 1, got {self.base}.')
+    if not self.scaling_factor > 0:
+      raise ValueError(f'RoPE scaling_factor must be > 0, got {self.scaling_factor}.')
+    if self.original_max_length <= 0:
+      raise ValueError(f'RoPE original_max_length must be > 0, got {self.original_max_length}.')
+    if self.scaling == 'yarn' and not self.yarn_beta_fast > self.yarn_beta_slow:
+      raise ValueError(f'YaRN needs yarn_beta_fast > yarn_beta_slow, got '
+                       f'{self.yarn_beta_fast} <= {self.yarn_beta_slow}.')
+    if self.scaling == 'llama3' and not self.llama3_high_freq_factor > self.llama3_low_freq_factor:
+      raise ValueError('Llama-3.1 scaling needs llama3_high_freq_factor > '
+                       f'llama3_low_freq_factor, got {self.llama3_high_freq_factor} <= '
+                       f'{self.llama3_low_freq_factor}.')
+    if not self.xpos_scale_base > 0:
+      raise ValueError(f'RoPE xpos_scale_base must be > 0, got {self.xpos_scale_base}.')
+
+  @property
+  def attention_factor(self) -> float:
+    """Multiplier on queries and keys: YaRN's sqrt(1/t) = 0.1 ln s + 1; 1 for the others."""
+    if self.scaling == 'yarn' and self.scaling_factor > 1.0:
+      return 0.1 * math.log(self.scaling_factor) + 1.0
+    return 1.0
+
+  def non_default_fields(self) -> list[str]:
+    """Config paths of the switches that change what RoPE computes, set away from defaults.
+
+    Used to refuse them for position schemes that would silently ignore them.
+    """
+    default = RopeConfig()
+    return [f'rope.{name}' for name in ('rotary_dim', 'scaling', 'xpos', 'rotary_value')
+            if getattr(self, name) != getattr(default, name)]
+
+
+def check_layout(layout: str) -> None:
+  _choice('layout', layout, LAYOUTS)
+
+
+def check_rotary_dim(head_dim: int, rotary_dim: int | None) -> int:
+  """The number of rotated features, validated against ``head_dim``."""
+  if head_dim <= 0 or head_dim % 2:
+    raise ValueError(f'RoPE needs an even head_dim > 0, got head_dim={head_dim}.')
+  rotary_dim = head_dim if rotary_dim is None else rotary_dim
+  if rotary_dim <= 0 or rotary_dim % 2:
+    raise ValueError(f'RoPE needs an even rotary_dim > 0, got rotary_dim={rotary_dim}.')
+  if rotary_dim > head_dim:
+    raise ValueError(
+        f'rotary_dim={rotary_dim} is larger than head_dim={head_dim}; use rotary_dim <= head_dim.')
+  return rotary_dim

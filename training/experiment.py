@@ -1,0 +1,130 @@
+"""``Experiment``: everything a run derives from its (validated) config, once: the dataset, the
+model, the optimizer, the mesh, the jitted steps and their shardings."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Iterable, Iterator
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from flax import nnx
+
+import models
+from data import datasets
+from training import optim
+from training import partitioning
+from training import steps as steps_lib
+from training import validation
+
+
+class Experiment:
+  """A run's data, model, steps and shardings over ``mesh`` (from ``validation.validate``; by
+  default the config's mesh over all devices)."""
+
+  def __init__(self, config: ml_collections.ConfigDict, workdir: str,
+               mesh: jax.sharding.Mesh | None = None):
+    self.config = config
+    self.workdir = workdir
+    self.mesh = mesh = validation.check_devices(config) if mesh is None else mesh
+    self.dataset = datasets.load(config.data, workdir)
+    self.info = self.dataset.info
+    self.model_config = validation.model_config(
+        config, vocab_size=self.info.vocab_size, num_classes=self.info.num_classes)
+    self.seeds = [config.train.seed + i for i in range(config.train.num_seeds)]
+    num_updates = config.train.num_steps // config.optim.grad_accum_steps
+    self.tx, schedule = optim.make_optimizer(config.optim, num_updates)
+    abstract_model = lambda cfg: jax.eval_shape(functools.partial(models.init, cfg),
+                                                jax.random.PRNGKey(0))
+    train_graphdef, abstract_params = abstract_model(self.model_config)
+    eval_graphdef = abstract_model(self.model_config.replace(deterministic=True))[0]
+    train_step, eval_step = steps_lib.make_step_fns(
+        train_graphdef, eval_graphdef, self.tx, schedule, config.optim.grad_accum_steps,
+        config.train.skip_nonfinite)
+    rules = partitioning.logical_rules(config.mesh)
+    self.abstract_state = jax.eval_shape(self._init, self._seed_keys())
+    self.state_sharding = partitioning.state_shardings(
+        self.abstract_state, abstract_params, self.tx, mesh, rules)
+    self.batch_sharding = partitioning.batch_sharding(mesh)
+    self.train_step, self.eval_step = steps_lib.jit_steps(
+        train_step, eval_step, self.state_sharding, self.batch_sharding,
+        partitioning.replicated(mesh), rules)
+
+  @property
+  def num_params(self) -> int:
+    """Parameters of one seed's model."""
+    return models.count_params(self.abstract_state.params) // len(self.seeds)
+
+  def _seed_keys(self) -> jax.Array:
+    return jnp.stack([jax.random.PRNGKey(s) for s in self.seeds])
+
+  def _init(self, keys_Nx2: jax.Array) -> steps_lib.TrainState:
+    def init_one(key):
+      init_key, dropout_key = jax.random.split(key)
+      params = nnx.to_pure_dict(models.init(self.model_config, init_key)[1])
+      return steps_lib.TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                                  opt_state=self.tx.init(params), key=dropout_key,
+                                  skipped=jnp.zeros((), jnp.int32))
+    return jax.vmap(init_one)(keys_Nx2)
+
+  def init_state(self) -> steps_lib.TrainState:
+    """Parameters and optimizer state born with their shardings (never whole on one device)."""
+    return jax.jit(self._init, out_shardings=self.state_sharding)(self._seed_keys())
+
+  def abstract_with_shardings(self) -> Any:
+    return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                        self.abstract_state, self.state_sharding)
+
+  def _shard(self, global_batch_size: int) -> dict[str, int]:
+    """The rows of each global batch this process loads."""
+    index, count = partitioning.process_rows(self.mesh, global_batch_size)
+    return {'process_index': index, 'process_count': count}
+
+  def global_batch(self, local: dict[str, np.ndarray]) -> dict[str, jax.Array]:
+    """Assembles the global batch from this process's rows (multi-host)."""
+    return {k: jax.make_array_from_process_local_data(self.batch_sharding, v)
+            for k, v in local.items()}
+
+  def train_batches(self, start_step: int) -> Iterator[dict[str, np.ndarray]]:
+    """This process's rows of the training batches from ``start_step`` on."""
+    t = self.config.train
+    return self.dataset.train_batches(seed=self.config.data.seed, global_batch_size=t.batch_size,
+                                      start_step=start_step, **self._shard(t.batch_size))
+
+  def eval_batches(self, split: str, max_length: int | None = None
+                   ) -> Iterator[dict[str, np.ndarray]]:
+    size = self.config.train.eval_batch_size
+    return self.dataset.eval_batches(split, global_batch_size=size, max_length=max_length,
+                                     **self._shard(size))
+
+  def evaluate(self, params, batches: Iterable[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Per-seed loss and accuracy over every example of ``batches`` (sums reduced on host)."""
+    totals = None
+    for local in batches:
+      sums = jax.device_get(self.eval_step(params, self.global_batch(local)))
+      totals = sums if totals is None else jax.tree.map(np.add, totals, sums)
+    if totals is None:
+      raise ValueError('The evaluation split is empty.')
+    count = np.maximum(totals['count'], 1.0)
+    return {'loss': totals['loss_sum'] / count, 'accuracy': totals['correct_sum'] / count,
+            'count': totals['count']}
+
+  def evaluate_lengths(self, params, splits: Iterable[tuple[str, int]]
+                       ) -> dict[str, dict[str, Any]]:
+    """Evaluates (split, length) pairs; a scheme that cannot run at a length says so.
+
+    Results are keyed by the split name, or ``split@length`` when the length is not the
+    split's natural one (text datasets evaluated at several lengths).
+    """
+    results = {}
+    for split, length in splits:
+      key = split if self.info.eval_splits.get(split) == length else f'{split}@{length}'
+      try:
+        m = self.evaluate(params, self.eval_batches(split, length))
+        results[key] = {'split': split, 'length': length, 'accuracy': m['accuracy'].tolist(),
+                        'loss': m['loss'].tolist(), 'count': float(m['count'][0])}
+      except models.LengthError as e:
+        results[key] = {'split': split, 'length': length, 'not_applicable': str(e)}
+    return results
