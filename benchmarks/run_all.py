@@ -44,6 +44,8 @@ FLAGS = flags.FLAGS
 BENCHMARKS = {
     'scheme_cost': ('scheme_cost.py', ['--rounds=21', '--repeats=2'],
                     ['--size=tiny', '--length=128', '--batch_size=8', '--rounds=3']),
+    'attention_impl': ('attention_impl.py', ['--rounds=11'],
+                       ['--size=tiny', '--length=128', '--batch_size=8', '--rounds=3']),
     'hf_compare': ('hf_compare.py', ['--rounds=11'],
                    ['--size=tiny', '--lengths=128,256', '--tokens=1024', '--rounds=3']),
     'input_pipeline': ('input_pipeline.py', [],
