@@ -1,4 +1,4 @@
-"""The written-out softmax attention against the library call, in the whole train step.
+"""Two attention choices that only speed matters for, each timed in the whole train step.
 
   python benchmarks/attention_impl.py [--size=small] [--length=512] [--batch_size=2] [--rounds=11]
 
@@ -7,6 +7,10 @@ CPU and ``jax.nn.dot_product_attention`` (XLA) elsewhere. The CPU choice is kept
 pays more than 10% end to end: this script builds the project's train step (forward, backward,
 AdamW) with ``explicit`` and with ``xla`` for a scheme without a bias (rotary) and one with a
 bias (alibi), times them round-robin and reports xla / explicit per scheme.
+
+With CLS pooling the last layer computes only the [CLS] position's output (one encoder-layer
+body with ``num_queries``, no separate variant). It is kept only while it pays: the script also
+times rotary with mean pooling, whose last layer computes every position, against CLS pooling.
 """
 
 from __future__ import annotations
@@ -35,26 +39,33 @@ GOAL = 1.10  # the written-out form stays the CPU default only if xla / explicit
 def main(_):
   batch = common.synthetic_batch(FLAGS.batch_size, FLAGS.length)
   steps = {}
-  for scheme in FLAGS.schemes:
-    for impl in ('explicit', 'xla'):
-      c = common.get_config(**{'model.size': FLAGS.size, 'model.position': scheme,
-                               'model.attention_impl': impl, 'data.max_length': FLAGS.length})
-      steps[scheme, impl] = common.our_train_step(c, batch, name=f'{scheme}/{impl}')
+  variants = [(s, i, 'cls') for s in FLAGS.schemes for i in ('explicit', 'xla')]
+  for scheme, impl, pooling in variants + [('rotary', 'explicit', 'mean')]:
+    c = common.get_config(**{'model.size': FLAGS.size, 'model.position': scheme,
+                             'model.attention_impl': impl, 'model.pooling': pooling,
+                             'data.max_length': FLAGS.length})
+    steps[scheme, impl, pooling] = common.our_train_step(c, batch, name=f'{scheme}/{impl}')
   samples = common.time_samples({k: s.run for k, s in steps.items()}, rounds=FLAGS.rounds,
                                  repeats=FLAGS.repeats)
   print(f'machine: {common.machine()}')
   rows, figures = [], []
   for scheme in FLAGS.schemes:
-    ratio = common.paired_ratio(samples, (scheme, 'xla'), (scheme, 'explicit'))
-    rows.append([scheme] + [f'{min(samples[scheme, i]) * 1e3:.0f}' for i in ('explicit', 'xla')]
-                + [f'{ratio:.3f}', common.mib(steps[scheme, 'explicit'].memory['peak']),
-                   common.mib(steps[scheme, 'xla'].memory['peak'])])
+    explicit, xla = (scheme, 'explicit', 'cls'), (scheme, 'xla', 'cls')
+    ratio = common.paired_ratio(samples, xla, explicit)
+    rows.append([scheme, f'{min(samples[explicit]) * 1e3:.0f}', f'{min(samples[xla]) * 1e3:.0f}',
+                 f'{ratio:.3f}', common.mib(steps[explicit].memory['peak']),
+                 common.mib(steps[xla].memory['peak'])])
     figures.append(common.figure(f'{scheme}: xla step / explicit step', ratio,
                                  goal=f'> {GOAL:.2f} to keep explicit on CPU', met=ratio > GOAL))
   header = ['scheme', 'explicit ms', 'xla ms', 'xla / explicit', 'explicit peak', 'xla peak']
   common.print_table(header, rows)
+  full = common.paired_ratio(samples, ('rotary', 'explicit', 'mean'), ('rotary', 'explicit', 'cls'))
+  print(f'rotary, last layer at every position (mean pooling) / at [CLS] only: {full:.3f}')
+  figures.append(common.figure('rotary: full last layer / CLS-only last layer', full,
+                               goal='> 1 to keep the CLS-only last layer', met=full > 1))
   common.write_json(FLAGS.json, {
-      'title': 'Softmax attention: written out vs jax.nn.dot_product_attention (XLA), train step',
+      'title': ('Attention choices in the train step: written-out softmax vs '
+                'jax.nn.dot_product_attention (XLA); CLS-only last layer vs full'),
       'setup': (f'`{FLAGS.size}` preset, batch {FLAGS.batch_size} x length {FLAGS.length}, '
                 f'float32, one train step (forward, backward, AdamW); {FLAGS.rounds} round-robin '
                 f'rounds of {FLAGS.repeats} steps; the ratio is the median over rounds of xla / '

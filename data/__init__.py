@@ -1,8 +1,7 @@
-"""Text-classification data for the position-scheme ablations: names, sources, tokenizers,
-pipelines.
+"""Text-classification data for the position-scheme ablations.
 
-This package's own namespace holds only the names a config may use, importable without
-TensorFlow (``data.DATASET_NAMES``, ``data.TOKENIZERS``); the loaders are in ``data.datasets``.
+This namespace holds only the names a config may use, importable without TensorFlow
+(``data.DATASET_NAMES``, ``data.TOKENIZERS``); the loaders are in ``data.datasets``.
 ``data.name`` picks the dataset:
 
 * embedded, generated or read on this machine and prepared automatically into ``data.data_dir``
@@ -30,12 +29,9 @@ EMBEDDED_DATASETS = tuple(f'position_probes/{task}' for task in PROBE_TASKS) + (
 
 @dataclasses.dataclass(frozen=True)
 class TextFields:
-  """How a TFDS dataset's examples become (text, label).
-
-  Attributes:
-    text_keys: features joined with a newline into the text (e.g. AG News title and description).
-    splits: our split name -> TFDS split spec (which may slice a TFDS split).
-  """
+  """How a TFDS dataset's examples become (text, label): ``text_keys`` are the features joined
+  with a newline into the text (e.g. AG News title and description); ``splits`` maps our split
+  names to TFDS split specs (which may slice a TFDS split)."""
 
   text_keys: tuple[str, ...]
   splits: dict[str, str]

@@ -4,10 +4,8 @@
 tokenizer and a ``DatasetInfo``, preparing embedded datasets and training SentencePiece on first
 use. Batches are dicts of NumPy arrays (``data/pipeline.py``).
 
-Multi-host: global batch i depends only on (data, seed, i); each process yields its rows of it,
-so the data a step sees does not depend on the number of processes. For evaluation each process
-reads the split (evaluation splits are small) and keeps its part, and all processes yield the
-same number of batches.
+Multi-host: the data a step sees does not depend on the number of processes, and for evaluation
+each process reads the whole (small) split and keeps its part (``Dataset``'s methods).
 """
 
 from __future__ import annotations
@@ -35,16 +33,10 @@ from data.pipeline import Batch
 class DatasetInfo:
   """What the model and training loop need to know about a dataset.
 
-  Attributes:
-    name: ``data.name``.
-    num_classes: number of labels.
-    class_names: label names, in class-id order.
-    vocab_size: token ids are in [0, vocab_size).
-    train_length: tokens per training example (``data.max_length``, including [CLS]).
-    eval_splits: evaluation split -> its natural length in tokens, e.g. ``{'validation': 64,
-      'test': 64, 'test_128': 128, 'test_256': 256}`` for the probes; ``data.max_length`` for
-      datasets of natural text.
-    num_train_examples: training examples (all hosts together).
+  ``train_length`` is ``data.max_length`` (with [CLS]); ``eval_splits`` maps each evaluation
+  split to its natural length in tokens (the probes: ``{'validation': 64, 'test': 64, 'test_128':
+  128, 'test_256': 256}``; natural text: ``data.max_length``); ``num_train_examples`` counts all
+  hosts.
   """
 
   name: str
@@ -76,9 +68,8 @@ def _natural_lengths(builder: tfds.core.DatasetBuilder | None, splits: tuple[str
   config = builder.builder_config if builder else None
   if isinstance(config, position_probes.PositionProbesConfig):
     return config.split_lengths()
-  if isinstance(config, listops.ListOpsConfig):
-    return {split: config.max_length for split in splits}
-  return {split: max_length for split in splits}
+  length = config.max_length if isinstance(config, listops.ListOpsConfig) else max_length
+  return {split: length for split in splits}
 
 
 def load(data_config: ml_collections.ConfigDict, workdir: str | None) -> Dataset:
@@ -114,43 +105,30 @@ def load(data_config: ml_collections.ConfigDict, workdir: str | None) -> Dataset
     raise ValueError(f'Unknown data.tokenizer {data_config.tokenizer!r}; valid: {data.TOKENIZERS}')
 
   info = DatasetInfo(
-      name=name,
-      num_classes=len(source.class_names),
-      class_names=source.class_names,
-      vocab_size=tokenizer.vocab_size,
-      train_length=data_config.max_length,
+      name=name, num_classes=len(source.class_names), class_names=source.class_names,
+      vocab_size=tokenizer.vocab_size, train_length=data_config.max_length,
       eval_splits={split: n for split, n in lengths.items() if split != 'train'},
-      num_train_examples=source.num_examples('train'),
-  )
+      num_train_examples=source.num_examples('train'))
   return Dataset(info, source, tokenizer, data_config.prefetch)
 
 
-def _process(process_index: int | None, process_count: int | None) -> tuple[int, int]:
+def _process(process_index: int | None, process_count: int | None,
+             global_batch_size: int) -> tuple[int, int, int]:
+  """(index, count, local batch size) of this process (default: JAX's index and count)."""
   index = jax.process_index() if process_index is None else process_index
   count = jax.process_count() if process_count is None else process_count
   if not 0 <= index < count:
     raise ValueError(f'process_index {index} is not in [0, process_count={count})')
-  return index, count
-
-
-def _local_batch_size(global_batch_size: int, process_count: int) -> int:
-  if global_batch_size <= 0 or global_batch_size % process_count:
+  if global_batch_size <= 0 or global_batch_size % count:
     raise ValueError(f'Global batch size {global_batch_size} is not a positive multiple of the '
-                     f'{process_count} processes')
-  return global_batch_size // process_count
+                     f'{count} processes')
+  return index, count, global_batch_size // count
 
 
 @dataclasses.dataclass(frozen=True)
 class Dataset:
   """A resolved ``data.name``: what it holds, where its examples come from, how they are
-  tokenized, and its batches.
-
-  Attributes:
-    info: what the model and training loop need to know.
-    source: the labelled texts of every split.
-    tokenizer: texts -> [CLS] + token ids.
-    prefetch: batches prepared ahead by tf.data (``data.prefetch``).
-  """
+  tokenized (``prefetch``: batches prepared ahead by tf.data), and its batches."""
 
   info: DatasetInfo
   source: sources.Source
@@ -163,20 +141,13 @@ class Dataset:
     """Infinite training batches (this process's rows of each global batch), reshuffled every
     epoch.
 
-    Global batch i depends only on (data, seed, i): process p of k yields rows
-    ``[p * B / k, (p + 1) * B / k)`` of it, and ``start_step=s`` yields exactly what a fresh
-    iterator yields from its s-th batch on. Each process reads the split's texts (the order is
-    global) but tokenizes only its rows. Examples have ``info.train_length`` tokens.
-
-    Args:
-      seed: data-order seed.
-      global_batch_size: examples per step over all processes.
-      start_step: index of the first batch to yield.
-      process_index, process_count: this process's block of rows, and the number of blocks
-        (default: JAX's process index and count).
+    Global batch i (of B = ``global_batch_size`` examples) depends only on (data, seed, i):
+    process p of k (default: JAX's) yields rows ``[p * B / k, (p + 1) * B / k)`` of it, and
+    ``start_step=s`` yields exactly what a fresh iterator yields from its s-th batch on. Each
+    process reads the split's texts (the order is global) but tokenizes only its rows. Examples
+    have ``info.train_length`` tokens.
     """
-    index, count = _process(process_index, process_count)
-    batch_size = _local_batch_size(global_batch_size, count)
+    index, _, batch_size = _process(process_index, process_count, global_batch_size)
     texts, labels = self.source.read('train')
     if not len(labels):
       raise ValueError(f'The training split of {self.info.name} is empty.')
@@ -195,8 +166,7 @@ class Dataset:
     step. ``max_length``: tokens per example (None: the split's natural length); longer texts
     are truncated.
     """
-    index, count = _process(process_index, process_count)
-    batch_size = _local_batch_size(global_batch_size, count)
+    index, count, batch_size = _process(process_index, process_count, global_batch_size)
     lengths = {'train': self.info.train_length, **self.info.eval_splits}
     if split not in lengths:
       raise ValueError(f'{self.info.name} has no split {split!r}; valid: {list(lengths)}')
@@ -214,10 +184,8 @@ def eval_split_for_length(info: DatasetInfo, length: int) -> str:
 
   Datasets with test splits of several lengths (the probes: ``test``, ``test_128``, ...) map a
   length to the split of exactly that length; other datasets evaluate ``test`` at any length
-  (``eval_iterator(..., max_length=length)`` truncates or pads it).
-
-  Raises:
-    ValueError: for a dataset with per-length test splits, none of which has this length.
+  (``eval_batches(..., max_length=length)`` truncates or pads it); ValueError if a dataset has
+  per-length test splits but none of this length.
   """
   tests = {split: n for split, n in info.eval_splits.items()
            if split == 'test' or split.startswith('test_')}

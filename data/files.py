@@ -31,6 +31,8 @@ CLASSES_FILE = 'classes.json'
 HOLDOUT_FRACTION = 0.1
 _HOLDOUT_SEED = 0
 _INTEGER = re.compile(r'-?\d+')
+_FIX_LABEL = ('Fix the label, or add an example of that class to the training files (and delete '
+              'classes.json in a workdir that has one).')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,12 +46,8 @@ class _Row:
 
 @dataclasses.dataclass(frozen=True)
 class Classes:
-  """The classes of a files dataset.
-
-  Attributes:
-    names: class names, in id order (integer labels: '0', '1', ...).
-    integer_labels: labels in the files are class ids rather than names.
-  """
+  """The classes of a files dataset: names in id order (integer labels: '0', '1', ...), and
+  whether the files' labels are class ids rather than names."""
 
   names: tuple[str, ...]
   integer_labels: bool
@@ -65,15 +63,11 @@ class Classes:
       if not 0 <= label < len(self.names):
         raise ValueError(f'{row.where}: label {label} is outside the class range '
                          f'[0, {len(self.names)}) that the training labels define (the largest '
-                         'training label + 1). Fix the label, or add an example of that class '
-                         'to the training files (and delete classes.json in a workdir that has '
-                         'one).')
+                         f'training label + 1). {_FIX_LABEL}')
       return label
     if row.label not in self._ids:
       raise ValueError(f'{row.where}: label {row.label!r} is not one of the classes '
-                       f'{list(self.names)} that the training labels define. Fix the label, or '
-                       'add an example of that class to the training files (and delete '
-                       'classes.json in a workdir that has one).')
+                       f'{list(self.names)} that the training labels define. {_FIX_LABEL}')
     return self._ids[row.label]
 
   @functools.cached_property
@@ -128,21 +122,16 @@ def _read_jsonl(path: str, text_column: str, label_column: str) -> Iterator[_Row
 
 
 def read_rows(path: str, text_column: str, label_column: str) -> list[_Row]:
-  """All rows of one file, in order.
-
-  Raises:
-    FileNotFoundError: if the file does not exist.
-    ValueError: on an unknown extension, a missing column, or an empty label.
-  """
+  """All rows of one file, in order; FileNotFoundError if it does not exist, ValueError on an
+  unknown extension, a missing column or an empty label."""
   if not os.path.isfile(path):
     raise FileNotFoundError(f'Data file {path!r} not found (data.train_files, '
                             'data.validation_files and data.test_files are comma-separated paths, '
                             f'relative to {os.getcwd()}); fix the path.')
   extension = os.path.splitext(path)[1].lower()
-  if extension == '.csv':
-    rows = list(_read_delimited(path, ',', text_column, label_column))
-  elif extension in ('.tsv', '.tab'):
-    rows = list(_read_delimited(path, '\t', text_column, label_column))
+  delimiter = {'.csv': ',', '.tsv': '\t', '.tab': '\t'}.get(extension)
+  if delimiter:
+    rows = list(_read_delimited(path, delimiter, text_column, label_column))
   elif extension in ('.jsonl', '.ndjson'):
     rows = list(_read_jsonl(path, text_column, label_column))
   else:
@@ -199,26 +188,10 @@ def save_classes(workdir: str | None, classes: Classes) -> None:
   storage.write_json(path, content)
 
 
-def load_or_save_classes(workdir: str | None, rows: list[_Row]) -> Classes:
-  """Reads ``workdir/classes.json``, or infers the classes from ``rows`` and writes it there."""
-  classes = load_classes(workdir) or infer_classes(rows)
-  save_classes(workdir, classes)
-  return classes
-
-
 class FilesSource:
-  """Train/validation/test splits of local files, parsed and checked in memory.
-
-  Args:
-    train_files, validation_files, test_files: comma-separated paths (see the module docstring
-      for empty validation and test).
-    text_column, label_column: column names or JSON keys.
-    workdir: where ``classes.json`` is kept (None: inferred, not saved).
-
-  Raises:
-    ValueError: naming the file and row of a label that is not one of the classes (and see
-      ``read_rows``).
-  """
+  """Train/validation/test splits of local files (comma-separated paths), parsed and checked in
+  memory; ``classes.json`` is kept in ``workdir`` (None: inferred, not saved). A label that is not
+  one of the classes raises ValueError naming its file and row."""
 
   splits = ('train', 'validation', 'test')
 
@@ -248,8 +221,7 @@ class FilesSource:
     self._examples = {
         split: (np.array([row.text for row in rows], dtype=object),
                 np.array([classes.label_id(row) for row in rows], np.int32))
-        for split, rows in (('train', train), ('validation', validation), ('test', test))
-    }
+        for split, rows in (('train', train), ('validation', validation), ('test', test))}
     save_classes(workdir, classes)
 
   def num_examples(self, split: str) -> int:
@@ -257,12 +229,6 @@ class FilesSource:
 
   def read(self, split: str, shard_index: int = 0,
            shard_count: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """Shard ``shard_index`` of ``shard_count`` contiguous, near-equal parts of a split.
-
-    Returns:
-      texts: object [n] of bytes.
-      labels: int32 [n].
-    """
     texts, labels = self._examples[split]
     start, stop = shard_bounds(len(labels), shard_index, shard_count)
     return texts[start:stop], labels[start:stop]

@@ -18,6 +18,8 @@ import re
 
 import tensorflow_datasets as tfds
 
+from data import sources
+
 FORTUNES_DIR = '/usr/share/games/fortunes'
 
 CATEGORIES = ('computers', 'education', 'food', 'law', 'love', 'politics', 'science',
@@ -26,12 +28,7 @@ CATEGORIES = ('computers', 'education', 'food', 'law', 'love', 'politics', 'scie
 
 @dataclasses.dataclass(eq=False)
 class FortunesConfig(tfds.core.BuilderConfig):
-  """Where the fortune files are and which categories are the classes.
-
-  Attributes:
-    directory: folder with one fortune file per category.
-    categories: file names, in class-id order.
-  """
+  """Where the fortune files are (one per category) and which are the classes, in id order."""
 
   directory: str = FORTUNES_DIR
   categories: tuple[str, ...] = CATEGORIES
@@ -53,11 +50,8 @@ def split_of(text: str) -> str:
 
 
 def load_examples(config: FortunesConfig) -> dict[str, list[tuple[str, int]]]:
-  """Split name -> (text, class id) pairs, in category then file order.
-
-  Raises:
-    FileNotFoundError: if a category file is missing (the ``fortunes`` package is not installed).
-  """
+  """Split name -> (text, class id) pairs, in category then file order; FileNotFoundError if a
+  category file is missing (the ``fortunes`` package is not installed)."""
   missing = [c for c in config.categories if not os.path.isfile(os.path.join(config.directory, c))]
   if missing:
     raise FileNotFoundError(
@@ -83,18 +77,11 @@ class Fortunes(tfds.core.GeneratorBasedBuilder):
                                     ', '.join(CATEGORIES))]
 
   def _info(self) -> tfds.core.DatasetInfo:
-    return tfds.core.DatasetInfo(
-        builder=self,
-        description=__doc__,
-        features=tfds.features.FeaturesDict({
-            'text': tfds.features.Text(),
-            'label': tfds.features.ClassLabel(names=self.builder_config.categories),
-        }),
-        supervised_keys=('text', 'label'),
-        homepage='https://packages.debian.org/stable/fortunes',
+    return sources.text_info(
+        self, tfds.features.ClassLabel(names=self.builder_config.categories),
+        description=__doc__, homepage='https://packages.debian.org/stable/fortunes',
         citation='@misc{fortunes, title = {fortune-mod: the fortunes database}, '
-                 'note = {Debian package fortunes}}',
-    )
+                 'note = {Debian package fortunes}}')
 
   def _split_generators(self, dl_manager: tfds.download.DownloadManager):
     del dl_manager  # Local files; nothing to download.

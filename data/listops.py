@@ -28,6 +28,8 @@ import zlib
 import numpy as np
 import tensorflow_datasets as tfds
 
+from data import sources
+
 OPERATORS = ('[MAX', '[MIN', '[MED', '[SM')
 NUM_CLASSES = 10
 
@@ -49,12 +51,9 @@ def apply_operator(operator: str, args: list[int]) -> int:
 
 
 def evaluate(expression: str) -> int:
-  """Evaluates a ListOps expression such as ``'[MAX 2 9 [MIN 4 7 ] 0 ]'``.
-
-  Raises:
-    ValueError: on an unknown token, unbalanced brackets, an operator without arguments, or
-      anything other than exactly one value at the top level.
-  """
+  """Evaluates a ListOps expression such as ``'[MAX 2 9 [MIN 4 7 ] 0 ]'``; ValueError on an
+  unknown token, unbalanced brackets, an operator without arguments, or anything other than
+  exactly one value at the top level."""
   stack: list[tuple[str, list[int]]] = []  # Open operators and their evaluated arguments.
   result: list[int] = []
   for token in expression.split():
@@ -64,8 +63,7 @@ def evaluate(expression: str) -> int:
     if token == ']':
       if not stack:
         raise ValueError(f'Unbalanced "]" in {expression!r}')
-      operator, args = stack.pop()
-      value = apply_operator(operator, args)
+      value = apply_operator(*stack.pop())
     elif token.isdigit() and len(token) == 1:
       value = int(token)
     else:
@@ -78,17 +76,8 @@ def evaluate(expression: str) -> int:
 
 @dataclasses.dataclass(eq=False)
 class ListOpsConfig(tfds.core.BuilderConfig):
-  """Expression sizes and split sizes.
-
-  Attributes:
-    max_length: longest example in tokens including [CLS]: expressions have at most
-      ``max_length - 1`` characters.
-    min_chars: shortest expression in characters.
-    max_depth: most nested operator levels.
-    max_args: most arguments of one operator.
-    num_train: training examples.
-    num_eval: examples in each of the validation and test splits.
-  """
+  """Expression sizes and split sizes; ``max_length`` counts [CLS], so expressions have at most
+  ``max_length - 1`` characters, and ``num_eval`` is the size of each evaluation split."""
 
   max_length: int = 512
   min_chars: int = 128
@@ -104,22 +93,15 @@ def _random_tree(rng: random.Random, depth: int, config: ListOpsConfig) -> tuple
     digit = rng.randrange(10)
     return [str(digit)], digit
   operator = rng.choice(OPERATORS)
-  tokens = [operator]
-  args = []
-  for _ in range(rng.randint(2, config.max_args)):
-    sub_tokens, value = _random_tree(rng, depth + 1, config)
-    tokens += sub_tokens
-    args.append(value)
-  return tokens + [']'], apply_operator(operator, args)
+  subtrees = [_random_tree(rng, depth + 1, config) for _ in range(rng.randint(2, config.max_args))]
+  tokens = [operator] + [token for sub_tokens, _ in subtrees for token in sub_tokens] + [']']
+  return tokens, apply_operator(operator, [value for _, value in subtrees])
 
 
 def generate(config: ListOpsConfig, split: str) -> tuple[list[str], np.ndarray]:
-  """Generates one split deterministically (seeded by a hash of the config and split names).
-
-  Returns:
-    texts: expressions of ``min_chars`` to ``max_length - 1`` characters.
-    labels: int64 [num] values, exactly balanced (up to one) over the 10 classes.
-  """
+  """Generates one split deterministically (seeded by a hash of the config and split names):
+  expressions of ``min_chars`` to ``max_length - 1`` characters and their int64 values, exactly
+  balanced (up to one) over the 10 classes."""
   num = config.num_train if split == 'train' else config.num_eval
   rng = random.Random(zlib.crc32(f'listops/{config.name}/{split}'.encode()))
   quota = [num // NUM_CLASSES + (c < num % NUM_CLASSES) for c in range(NUM_CLASSES)]
@@ -161,17 +143,9 @@ class Listops(tfds.core.GeneratorBasedBuilder):
   ]
 
   def _info(self) -> tfds.core.DatasetInfo:
-    return tfds.core.DatasetInfo(
-        builder=self,
-        description=__doc__,
-        features=tfds.features.FeaturesDict({
-            'text': tfds.features.Text(),
-            'label': tfds.features.ClassLabel(num_classes=NUM_CLASSES),
-        }),
-        supervised_keys=('text', 'label'),
-        homepage='https://github.com/nyu-mll/spinn/tree/listops-release',
-        citation=_CITATION,
-    )
+    return sources.text_info(
+        self, tfds.features.ClassLabel(num_classes=NUM_CLASSES), description=__doc__,
+        homepage='https://github.com/nyu-mll/spinn/tree/listops-release', citation=_CITATION)
 
   def _split_generators(self, dl_manager: tfds.download.DownloadManager):
     del dl_manager  # Generated; nothing to download.

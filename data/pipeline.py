@@ -42,19 +42,9 @@ def _features(tokenizer: tokenizers.Tokenizer, texts: tf.Tensor, labels: tf.Tens
 def train_batches(texts: np.ndarray, labels: np.ndarray, tokenizer: tokenizers.Tokenizer, *,
                   length: int, global_batch_size: int, rows: tuple[int, int], seed: int,
                   start_step: int, prefetch: int) -> Iterator[Batch]:
-  """Infinite shuffled training batches (rows ``rows`` of each global batch) from
-  ``start_step`` on.
-
-  Args:
-    texts: object [n] of bytes; labels: int32 [n] (the whole split, n >= 1).
-    tokenizer: turns texts into [CLS] + tokens.
-    length: L, tokens per example.
-    global_batch_size: G, examples per step over all processes.
-    rows: (first row, number of rows b) of each global batch that this process yields.
-    seed: data-order seed.
-    start_step: the first batch yielded is batch number start_step.
-    prefetch: batches prepared ahead by tf.data.
-  """
+  """Infinite shuffled batches of ``length`` tokens from ``start_step`` on, of the whole split
+  (texts object [n] of bytes, labels int32 [n], n >= 1): this process's ``rows`` (first row,
+  number of rows b) of each global batch; tf.data prepares ``prefetch`` batches ahead."""
   num = len(labels)
   first_row, batch_size = rows
   all_texts = tf.constant(texts, tf.string)
@@ -80,16 +70,8 @@ def train_batches(texts: np.ndarray, labels: np.ndarray, tokenizer: tokenizers.T
 
 def eval_batches(texts: np.ndarray, labels: np.ndarray, tokenizer: tokenizers.Tokenizer, *,
                  length: int, batch_size: int, num_batches: int, prefetch: int) -> Iterator[Batch]:
-  """Exactly ``num_batches`` batches of the given examples in order, then weight-0 padding.
-
-  Args:
-    texts: object [n] of bytes; labels: int32 [n], n <= num_batches * batch_size.
-    tokenizer: turns texts into [CLS] + tokens.
-    length: L, tokens per example.
-    batch_size: examples per batch on this host.
-    num_batches: batches to yield (the same on every host).
-    prefetch: batches prepared ahead by tf.data.
-  """
+  """Exactly ``num_batches`` batches (the same number on every host) of the n given examples
+  (n <= num_batches * batch_size) in order, then weight-0 padding."""
   num_padding = num_batches * batch_size - len(labels)
   if num_padding < 0:
     raise ValueError(f'{len(labels)} examples do not fit {num_batches} batches of {batch_size}')

@@ -33,14 +33,12 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 import data
+from data import sources
 
 TASKS = data.PROBE_TASKS
 
-_CLASS_NAMES = {
-    'order': ('b_before_a', 'a_before_b'),
-    'distance': ('far', 'near'),
-    'nearest': ('x', 'y'),
-}
+_CLASS_NAMES = {'order': ('b_before_a', 'a_before_b'), 'distance': ('far', 'near'),
+                'nearest': ('x', 'y')}
 
 _DESCRIPTIONS = {
     'order': 'One A and one B among lowercase filler: is A before B?',
@@ -51,17 +49,11 @@ _DESCRIPTIONS = {
 
 @dataclasses.dataclass(eq=False)
 class PositionProbesConfig(tfds.core.BuilderConfig):
-  """A probe task and its sizes.
+  """A probe task (one of ``TASKS``) and its sizes.
 
-  Attributes:
-    task: one of ``TASKS``.
-    length: training length in tokens including [CLS]; texts have ``length - 1`` characters.
-    extrapolation_factors: extra test splits ``test_<f * length>`` of longer sequences.
-    threshold: ``distance`` task: largest distance (in tokens) labelled ``near``.
-    nearest_ratio: ``nearest`` task: least ratio of the far marker's distance to Q to the near
-      marker's.
-    num_train: training examples.
-    num_eval: examples in each evaluation split.
+  ``length`` counts [CLS], so texts have ``length - 1`` characters; ``extrapolation_factors`` add
+  test splits ``test_<f * length>``; ``threshold`` and ``nearest_ratio`` are the ``distance`` and
+  ``nearest`` rules' parameters; ``num_eval`` is the size of each evaluation split.
   """
 
   task: str = 'order'
@@ -80,94 +72,69 @@ class PositionProbesConfig(tfds.core.BuilderConfig):
     return lengths
 
 
-def _filler(rng: np.random.Generator, num: int, width: int) -> np.ndarray:
-  """Uniform lowercase letters: uint8 [num, width] (ASCII codes)."""
-  return rng.integers(ord('a'), ord('z') + 1, size=(num, width), dtype=np.uint8)
-
-
-def _balanced_labels(rng: np.random.Generator, num: int) -> np.ndarray:
-  """Exactly balanced (up to one) binary labels in random order: int64 [num]."""
-  return rng.permutation(np.arange(num) % 2)
-
-
-def _distinct_pair(rng: np.random.Generator, num: int, width: int) -> tuple[np.ndarray, np.ndarray]:
-  """Two distinct uniform positions in ``[0, width)``, sorted: (first, second), [num] each."""
+def _order(rng: np.random.Generator, chars: np.ndarray, labels: np.ndarray,
+           config: PositionProbesConfig) -> None:
+  del config
+  num, width = chars.shape
+  # Two distinct uniform positions, sorted.
   a = rng.integers(0, width, size=num)
   b = rng.integers(0, width - 1, size=num)
   b = b + (b >= a)
-  return np.minimum(a, b), np.maximum(a, b)
+  first, second = np.minimum(a, b), np.maximum(a, b)
+  chars[np.arange(num), first] = np.where(labels == 1, ord('A'), ord('B'))
+  chars[np.arange(num), second] = np.where(labels == 1, ord('B'), ord('A'))
 
 
-def _order(rng: np.random.Generator, num: int, width: int) -> tuple[np.ndarray, np.ndarray]:
-  chars = _filler(rng, num, width)
-  labels = _balanced_labels(rng, num)
-  first, second = _distinct_pair(rng, num, width)
-  rows = np.arange(num)
-  chars[rows, first] = np.where(labels == 1, ord('A'), ord('B'))
-  chars[rows, second] = np.where(labels == 1, ord('B'), ord('A'))
-  return chars, labels
-
-
-def _distance(rng: np.random.Generator, num: int, width: int,
-              threshold: int) -> tuple[np.ndarray, np.ndarray]:
-  if not 1 <= threshold < width - 1:
-    raise ValueError(f'Distance threshold {threshold} must be in [1, {width - 1}) for {width} '
-                     'characters')
-  chars = _filler(rng, num, width)
-  labels = _balanced_labels(rng, num)
-  near = rng.integers(1, threshold + 1, size=num)
-  far = rng.integers(threshold + 1, width, size=num)
+def _distance(rng: np.random.Generator, chars: np.ndarray, labels: np.ndarray,
+              config: PositionProbesConfig) -> None:
+  num, width = chars.shape
+  near = rng.integers(1, config.threshold + 1, size=num)
+  far = rng.integers(config.threshold + 1, width, size=num)
   gap = np.where(labels == 1, near, far)
   start = rng.integers(0, width - gap)  # Uniform on [0, width - gap).
-  rows = np.arange(num)
-  chars[rows, start] = ord('X')
-  chars[rows, start + gap] = ord('X')
-  return chars, labels
+  chars[np.arange(num), start] = ord('X')
+  chars[np.arange(num), start + gap] = ord('X')
 
 
-def _nearest(rng: np.random.Generator, num: int, width: int,
-             ratio: int) -> tuple[np.ndarray, np.ndarray]:
-  chars = _filler(rng, num, width)
-  labels = _balanced_labels(rng, num)
+def _nearest(rng: np.random.Generator, chars: np.ndarray, labels: np.ndarray,
+             config: PositionProbesConfig) -> None:
+  num, width = chars.shape
   # Positions of the query and two markers, uniform given that they are distinct and one marker
-  # is at least `ratio` times as far from the query as the other (rejection sampling).
+  # is at least `nearest_ratio` times as far from the query as the other (rejection sampling).
   pos = rng.integers(0, width, size=(num, 3))
   while True:
     q, u, v = pos.T
     du, dv = np.abs(u - q), np.abs(v - q)
-    bad = (du == 0) | (dv == 0) | (du == dv) | (np.maximum(du, dv) < ratio * np.minimum(du, dv))
+    bad = ((du == 0) | (dv == 0) | (du == dv)
+           | (np.maximum(du, dv) < config.nearest_ratio * np.minimum(du, dv)))
     if not bad.any():
       break
     pos[bad] = rng.integers(0, width, size=(int(bad.sum()), 3))
-  q, u, v = pos.T
-  u_nearer = np.abs(u - q) < np.abs(v - q)
+  u_nearer = du < dv
   near, far = np.where(u_nearer, u, v), np.where(u_nearer, v, u)
-  rows = np.arange(num)
-  chars[rows, q] = ord('Q')
-  chars[rows, near] = np.where(labels == 0, ord('X'), ord('Y'))
-  chars[rows, far] = np.where(labels == 0, ord('Y'), ord('X'))
-  return chars, labels
+  chars[np.arange(num), q] = ord('Q')
+  chars[np.arange(num), near] = np.where(labels == 0, ord('X'), ord('Y'))
+  chars[np.arange(num), far] = np.where(labels == 0, ord('Y'), ord('X'))
+
+
+# Task -> writes its markers into the filler chars (ASCII uint8 [num, width]) for the labels.
+_PLACE_MARKERS = {'order': _order, 'distance': _distance, 'nearest': _nearest}
 
 
 def generate(config: PositionProbesConfig, split: str) -> tuple[list[str], np.ndarray]:
-  """Generates one split, deterministically (its seed is a hash of the config and split names).
-
-  Returns:
-    texts: ``num`` strings of ``split_lengths()[split] - 1`` characters.
-    labels: int64 [num], exactly balanced.
-  """
-  length = config.split_lengths()[split]
+  """Generates one split, deterministically (its seed is a hash of the config and split names):
+  texts of ``split_lengths()[split] - 1`` characters and exactly balanced int64 labels."""
+  width = config.split_lengths()[split] - 1
   num = config.num_train if split == 'train' else config.num_eval
   rng = np.random.default_rng(zlib.crc32(f'position_probes/{config.name}/{split}'.encode()))
-  width = length - 1
-  if config.task == 'order':
-    chars, labels = _order(rng, num, width)
-  elif config.task == 'distance':
-    chars, labels = _distance(rng, num, width, config.threshold)
-  elif config.task == 'nearest':
-    chars, labels = _nearest(rng, num, width, config.nearest_ratio)
-  else:
+  if config.task not in _PLACE_MARKERS:
     raise ValueError(f'Unknown position probe task {config.task!r}; valid: {TASKS}')
+  if config.task == 'distance' and not 1 <= config.threshold < width - 1:
+    raise ValueError(f'Distance threshold {config.threshold} must be in [1, {width - 1}) for '
+                     f'{width} characters')
+  chars = rng.integers(ord('a'), ord('z') + 1, size=(num, width), dtype=np.uint8)  # Filler.
+  labels = rng.permutation(np.arange(num) % 2)  # Exactly balanced (up to one), random order.
+  _PLACE_MARKERS[config.task](rng, chars, labels, config)
   return [row.tobytes().decode('ascii') for row in chars], labels
 
 
@@ -190,16 +157,9 @@ class PositionProbes(tfds.core.GeneratorBasedBuilder):
   ]
 
   def _info(self) -> tfds.core.DatasetInfo:
-    return tfds.core.DatasetInfo(
-        builder=self,
-        description=__doc__,
-        features=tfds.features.FeaturesDict({
-            'text': tfds.features.Text(),
-            'label': tfds.features.ClassLabel(names=_CLASS_NAMES[self.builder_config.task]),
-        }),
-        supervised_keys=('text', 'label'),
-        citation=_CITATION,
-    )
+    return sources.text_info(
+        self, tfds.features.ClassLabel(names=_CLASS_NAMES[self.builder_config.task]),
+        description=__doc__, citation=_CITATION)
 
   def _split_generators(self, dl_manager: tfds.download.DownloadManager):
     del dl_manager  # Generated; nothing to download.

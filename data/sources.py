@@ -6,7 +6,7 @@ into memory as NumPy arrays: texts (object [n] of bytes) and labels (int32 [n]).
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import tensorflow as tf
@@ -26,18 +26,24 @@ class Source(Protocol):
 
   def read(self, split: str, shard_index: int = 0,
            shard_count: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """Part ``shard_index`` of ``shard_count`` disjoint parts of a split, reading only that part.
-
-    Returns:
-      texts: object [n] of bytes.
-      labels: int32 [n].
-    """
+    """Part ``shard_index`` of ``shard_count`` disjoint parts of a split (reading only that part):
+    texts (object [n] of bytes) and labels (int32 [n])."""
 
 
 def shard_bounds(num: int, index: int, count: int) -> tuple[int, int]:
   """[start, stop) of part ``index`` when ``num`` items are cut into ``count`` contiguous parts
   whose sizes differ by at most one."""
   return num * index // count, num * (index + 1) // count
+
+
+def text_info(builder: tfds.core.DatasetBuilder, label_feature: tfds.features.ClassLabel,
+              **kwargs: Any) -> tfds.core.DatasetInfo:
+  """The info of an embedded builder: ``text`` and ``label`` features, supervised; ``kwargs``
+  (description, citation, ...) go to ``tfds.core.DatasetInfo``."""
+  return tfds.core.DatasetInfo(
+      builder=builder,
+      features=tfds.features.FeaturesDict({'text': tfds.features.Text(), 'label': label_feature}),
+      supervised_keys=('text', 'label'), **kwargs)
 
 
 class TfdsSource:
@@ -60,20 +66,14 @@ class TfdsSource:
     ds = self._builder.as_dataset(split=spec, shuffle_files=False)
     ds = ds.map(lambda ex: (tf.strings.join([ex[k] for k in self._fields.text_keys], '\n'),
                             tf.cast(ex['label'], tf.int32)))
-    texts, labels = [np.zeros([0], object)], [np.zeros([0], np.int32)]
-    for text_batch, label_batch in tfds.as_numpy(ds.batch(4096)):
-      texts.append(text_batch.astype(object))
-      labels.append(label_batch)
-    return np.concatenate(texts), np.concatenate(labels)
+    batches = list(tfds.as_numpy(ds.batch(4096)))
+    return (np.concatenate([np.zeros([0], object)] + [t.astype(object) for t, _ in batches]),
+            np.concatenate([np.zeros([0], np.int32)] + [labels for _, labels in batches]))
 
 
 def tfds_text_source(name: str, data_dir: str | None) -> TfdsSource:
-  """A source for one of ``data.TFDS_TEXT_DATASETS``, which must already be prepared in data_dir.
-
-  Raises:
-    FileNotFoundError: (within a second, without any network access) if it is not prepared,
-      saying how to prepare it.
-  """
+  """A source for one of ``data.TFDS_TEXT_DATASETS``, which must already be prepared in data_dir:
+  if not, FileNotFoundError saying how to prepare it (within a second, without network access)."""
   builder = tfds.builder(name, data_dir=data_dir)
   if not builder.is_prepared():
     raise FileNotFoundError(
@@ -95,11 +95,8 @@ def prepare(builder: tfds.core.GeneratorBasedBuilder) -> None:
   """Generates an embedded dataset into its data_dir unless it is already there (no download).
 
   TFDS writes into a temporary directory and renames it when complete, so an interrupted
-  preparation is redone, never half-used.
-
-  Raises:
-    FileNotFoundError: the local files it is made from are missing (the message says how to
-      install them), raised as such rather than wrapped by TFDS.
+  preparation is redone, never half-used. Missing local files it is made from raise
+  FileNotFoundError (saying how to install them) as such, not wrapped by TFDS.
   """
   if not builder.is_prepared():
     try:
@@ -107,6 +104,6 @@ def prepare(builder: tfds.core.GeneratorBasedBuilder) -> None:
           compute_stats=tfds.download.ComputeStatsMode.SKIP))
     except FileNotFoundError as e:
       cause = e
-      while cause.__cause__ is not None and isinstance(cause.__cause__, FileNotFoundError):
+      while isinstance(cause.__cause__, FileNotFoundError):
         cause = cause.__cause__
       raise FileNotFoundError(' '.join(str(cause).split())) from None

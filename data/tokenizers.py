@@ -57,18 +57,15 @@ class ByteTokenizer:
     raw = tf.io.decode_raw(body, tf.uint8, fixed_length=length - 1)  # Zero-padded: [b, length-1].
     is_byte = tf.range(length - 1)[tf.newaxis, :] < tf.strings.length(body)[:, tf.newaxis]
     ids = tf.where(is_byte, tf.cast(raw, tf.int32) + NUM_SPECIAL, PAD_ID)
-    cls = tf.fill([tf.shape(texts)[0], 1], CLS_ID)
-    return tf.concat([cls, ids], axis=1)
+    return tf.concat([tf.fill([tf.shape(texts)[0], 1], CLS_ID), ids], axis=1)
 
   def decode(self, ids: Iterable[int]) -> bytes:
     return bytes(int(i) - NUM_SPECIAL for i in ids if int(i) >= NUM_SPECIAL)
 
 
 class SentencePieceTokenizer:
-  """A SentencePiece model whose ids 0-3 are [PAD], [CLS], [SEP], [UNK].
-
-  Non-UTF-8 bytes are decoded as U+FFFD before encoding.
-  """
+  """A SentencePiece model whose ids 0-3 are [PAD], [CLS], [SEP], [UNK]; non-UTF-8 bytes are
+  decoded as U+FFFD before encoding."""
 
   def __init__(self, model_proto: bytes):
     self._processor = spm.SentencePieceProcessor(model_proto=model_proto)
@@ -97,26 +94,18 @@ class SentencePieceTokenizer:
 def train_sentencepiece(texts: Iterable[bytes], vocab_size: int, *, seed: int = 0) -> bytes:
   """Trains a unigram SentencePiece model offline and returns the serialized model.
 
-  Args:
-    texts: training texts (UTF-8 bytes; invalid bytes become U+FFFD).
-    vocab_size: pieces including the 4 special ones; an upper bound (smaller corpora give fewer).
-    seed: seeds SentencePiece's sampling of sentences, for a reproducible model.
+  ``vocab_size`` counts the 4 special pieces and is an upper bound (smaller corpora give fewer);
+  ``seed`` seeds SentencePiece's sampling of sentences, for a reproducible model.
   """
   spm.set_random_generator_seed(seed)
   model = io.BytesIO()
   spm.SentencePieceTrainer.train(
-      sentence_iterator=(t.decode('utf-8', errors='replace') for t in texts),
-      model_writer=model,
-      vocab_size=vocab_size,
-      hard_vocab_limit=False,
-      model_type='unigram',
+      sentence_iterator=(t.decode('utf-8', errors='replace') for t in texts), model_writer=model,
+      vocab_size=vocab_size, hard_vocab_limit=False, model_type='unigram',
       pad_id=PAD_ID, bos_id=CLS_ID, eos_id=SEP_ID, unk_id=UNK_ID,
       pad_piece='[PAD]', bos_piece='[CLS]', eos_piece='[SEP]', unk_piece='[UNK]',
-      input_sentence_size=1_000_000,
-      shuffle_input_sentence=True,
-      max_sentence_length=1 << 16,
-      minloglevel=2,
-  )
+      input_sentence_size=1_000_000, shuffle_input_sentence=True, max_sentence_length=1 << 16,
+      minloglevel=2)
   return model.getvalue()
 
 
@@ -126,10 +115,8 @@ def load_or_train_sentencepiece(
   """Loads ``workdir/spm.model``, or trains it on ``read_training_texts()`` and saves it there.
 
   ``workdir/spm.json`` records the dataset and vocabulary size the model was trained for, so a
-  workdir reused with other settings fails instead of silently using the wrong vocabulary.
-
-  Raises:
-    ValueError: if the cached model was trained for another dataset or vocabulary size.
+  workdir reused with other settings fails (ValueError) instead of silently using the wrong
+  vocabulary.
   """
   model_path = os.path.join(workdir, SP_MODEL_FILE)
   meta_path = os.path.join(workdir, SP_META_FILE)

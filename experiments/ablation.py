@@ -1,10 +1,8 @@
 """A grid of runs (datasets x position schemes x attention kinds x lengths, seeds vmapped)
-that differ only in the field under study, run through ``train_and_evaluate``.
-
-Each grid cell is one ``train_and_evaluate`` workdir under the ablation workdir; a cell whose
-``summary.json`` exists is finished and skipped, so an interrupted sweep resumes where it
-stopped. ``only`` runs a slice of the grid (comma-separated glob patterns over cell names, or
-``i:j`` indices), so a sweep can be spread over machines that share the workdir.
+that differ only in the field under study: each cell is one ``train_and_evaluate`` workdir
+under the ablation workdir, skipped once its ``summary.json`` exists (an interrupted sweep
+resumes). ``select`` picks a slice (glob patterns over cell names, or ``i:j``), so a sweep can be
+spread over machines that share the workdir.
 """
 
 from __future__ import annotations
@@ -28,6 +26,8 @@ from training.metrics import console
 
 @dataclasses.dataclass(frozen=True)
 class Cell:
+  """One run of the grid."""
+
   dataset: str
   position: str
   attention: str

@@ -1,15 +1,10 @@
-"""The entry points' error handling: a problem the user can fix is one paragraph on stderr.
+"""The entry points' error handling: ``cli.run(main)`` replaces ``absl.app.run(main)``.
 
-``cli.run(main)`` replaces ``absl.app.run(main)``. User errors end the program with status 2 and
-``<program>: error: <message>``, without a traceback (``--verbosity=1`` prints it too):
-
-* anything raised while the flags are parsed (an unknown flag, an override of the wrong type or
-  a misspelt field, a config file that is missing or raises), with a pointer to the flags;
-* ``USER_ERRORS`` raised by ``main``: ``ValueError`` (bad input), ``OSError`` (a missing file, a
-  full disk), ``app.UsageError`` and this project's errors (a busy workdir, an unusable
-  checkpoint, a NaN loss). Each message already names the problem and the fix.
-
-Anything else is a bug and keeps its traceback. A preempted run (SIGTERM) exits 0.
+A user error ends the program with status 2 and one paragraph, ``<program>: error: <message>``,
+without a traceback (``--verbosity=1`` prints it too): anything raised while the flags and the
+config file are parsed, and ``USER_ERRORS`` raised by ``main`` (bad input, a missing file, a full
+disk, a busy workdir, an unusable checkpoint, a NaN loss), whose messages name the problem and
+the fix. Anything else is a bug and keeps its traceback. A preempted run (SIGTERM) exits 0.
 """
 
 from __future__ import annotations

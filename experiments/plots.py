@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
+import matplotlib
 import numpy as np
 
 import rope
 
-
-def _pyplot():
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use('Agg')
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  return plt
+matplotlib.use('Agg')  # files only, no display
+from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 def _finish(fig, ax, path: str, *, xlabel: str, ylabel: str, title: str) -> None:
@@ -24,14 +21,13 @@ def _finish(fig, ax, path: str, *, xlabel: str, ylabel: str, title: str) -> None
   fig.tight_layout()
   fig.savefig(path, dpi=120)
   fig.clf()
-  _pyplot().close(fig)
+  plt.close(fig)
 
 
 def plot_decay(path: str, *, head_dim: int = 128, base: float = 10000.0,
                max_distance: int = 256, factor: float = 4.0,
                original_max_length: int = 64) -> None:
   """RoPE's long-term decay (paper Figure 2) next to the frequency-scaling variants."""
-  plt = _pyplot()
   distances = np.arange(max_distance + 1)
   variants = {'rope (paper)': rope.RopeConfig(base=base)}
   for kind in rope.SCALING_KINDS[1:]:
@@ -51,7 +47,6 @@ def plot_learning_curves(path: str, curves, *, title: str) -> None:
 
   ``curves``: label -> (steps [T], accuracy [seeds, T]).
   """
-  plt = _pyplot()
   fig, ax = plt.subplots(figsize=(7, 4))
   for label, (steps, acc) in curves.items():
     if not len(steps):
@@ -65,7 +60,6 @@ def plot_learning_curves(path: str, curves, *, title: str) -> None:
 
 def plot_extrapolation(path: str, runs, *, title: str) -> None:
   """Test accuracy vs evaluation length per scheme (mean, error bars = std over seeds)."""
-  plt = _pyplot()
   fig, ax = plt.subplots(figsize=(7, 4))
   for run in runs:
     if not run.summary:

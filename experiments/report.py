@@ -29,6 +29,8 @@ from training import metrics as metrics_lib
 from training.trainer import SUMMARY_FILE
 
 NOT_APPLICABLE_FILE = 'not_applicable.json'
+CSV_FIELDS = ('run', 'dataset', 'position', 'attention', 'seed', 'split', 'length', 'accuracy',
+              'num_params', 'step_time_s', 'note')
 
 
 @dataclasses.dataclass
@@ -50,19 +52,14 @@ class Run:
 def load_run(path: str, name: str | None = None) -> Run | None:
   """Reads a run directory; None if it has not finished."""
   name = name or os.path.basename(os.path.normpath(path))
-  na = os.path.join(path, NOT_APPLICABLE_FILE)
-  if os.path.exists(na):
-    with open(na) as f:
-      info = json.load(f)
-    return Run(name, path, info['dataset'], info['position'], info['attention'],
-               not_applicable=info['reason'])
-  summary_path = os.path.join(path, SUMMARY_FILE)
-  if not os.path.exists(summary_path):
-    return None
-  with open(summary_path) as f:
-    summary = json.load(f)
-  return Run(name, path, summary['dataset'], summary['position'], summary['attention'],
-             summary=summary)
+  for file in (NOT_APPLICABLE_FILE, SUMMARY_FILE):
+    if os.path.exists(os.path.join(path, file)):
+      with open(os.path.join(path, file)) as f:
+        info = json.load(f)
+      return Run(name, path, info['dataset'], info['position'], info['attention'],
+                 summary=info if file == SUMMARY_FILE else None,
+                 not_applicable=info.get('reason') if file == NOT_APPLICABLE_FILE else None)
+  return None
 
 
 def welch(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float]:
@@ -210,9 +207,7 @@ def write_report(out_dir: str, runs: Sequence[Run], *, command: str, config_json
   rows = results_rows(runs)
   storage.write_json(os.path.join(out_dir, 'results.json'), rows)
   buf = io.StringIO()
-  fields = ['run', 'dataset', 'position', 'attention', 'seed', 'split', 'length', 'accuracy',
-            'num_params', 'step_time_s', 'note']
-  writer = csv.DictWriter(buf, fieldnames=fields, extrasaction='ignore')
+  writer = csv.DictWriter(buf, fieldnames=CSV_FIELDS, extrasaction='ignore')
   writer.writeheader()
   writer.writerows(rows)
   storage.write_atomically(os.path.join(out_dir, 'results.csv'), buf.getvalue())

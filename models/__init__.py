@@ -5,9 +5,6 @@
   graphdef, params = models.init(cfg, key)
   logits = nnx.merge(graphdef, params)(inputs_BxL, positions_BxL, mask_BxL,
                                        rngs=nnx.Rngs(dropout=key))
-
-Modules: ``config`` (ModelConfig, presets), ``positions`` (scheme registry), ``attention``,
-``encoder`` (the model), ``sharding`` (logical axis names), ``hf`` (Hugging Face checkpoints).
 """
 
 from models.config import ATTENTION_KINDS, PRESETS, ModelConfig

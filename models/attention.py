@@ -1,19 +1,12 @@
 """Multi-head self-attention whose position scheme is a set of hooks (``models.positions``).
 
-Softmax attention has one written-out form, ``softmax_attention`` (float32 logits and softmax,
-the scheme's bias, a boolean key mask), and the library call ``jax.nn.dot_product_attention``
-(XLA, or cuDNN's fused flash attention on NVIDIA GPUs). Both take the mask as a boolean
-[batch or 1, heads or 1, queries or 1, keys] array, true where a query attends. The written-out
-form is also the one that forms explicit probabilities: for attention-probability dropout and for
-a scheme that mixes relative representations into the values (Shaw with ``model.shaw_values``).
-``model.attention_impl`` chooses: 'explicit', 'xla', 'cudnn', or 'auto' ('explicit' on CPU, where
-XLA fuses it into fewer kernels than the library's form, see benchmarks/README.md; 'xla'
-elsewhere). Linear attention is ``rope.linear_attention`` (RoFormer eq. 19), which rotates
-phi(q), phi(k) itself.
-
-Parameter layout (Hugging Face RoFormer's query/key/value/output dense layers, reshaped):
-query/key/value kernels [embed, heads, head_dim] with biases [heads, head_dim]; output kernel
-[heads, head_dim, embed] with bias [embed]. Shape letters: docs/shapes.md.
+Softmax attention is written out (``softmax_attention``, which also forms the explicit
+probabilities that probability dropout and Shaw's relative values need) or
+``jax.nn.dot_product_attention`` (XLA, or cuDNN flash attention on NVIDIA GPUs), chosen by
+``model.attention_impl``; 'auto' is 'explicit' on CPU, where XLA fuses it into fewer kernels
+(benchmarks/README.md), else 'xla'. Linear attention is ``rope.linear_attention`` (RoFormer
+eq. 19), which rotates phi(q), phi(k) itself. Kernels are HF RoFormer's dense layers reshaped:
+query/key/value [embed, heads, head_dim], output [heads, head_dim, embed].
 """
 
 from __future__ import annotations
@@ -38,19 +31,12 @@ def softmax_attention(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, v_BxSxHxD: jax
                       dropout: Callable[[jax.Array], jax.Array] | None = None,
                       value_term: Callable[[jax.Array], jax.Array | None] | None = None
                       ) -> jax.Array:
-  """softmax(q k^T / sqrt(head_dim) + bias, masked) v, written out.
+  """softmax(q k^T / sqrt(head_dim) + bias, masked) v, written out, in the inputs' dtype.
 
   Dtypes, softmax and mask value are those of ``jax.nn.dot_product_attention``'s XLA
-  implementation, so the forward values agree with the library call.
-
-  Args:
-    q_BxTxHxD, k_BxSxHxD, v_BxSxHxD: queries, keys and values, one dtype.
-    bias: float [batch or 1, heads or 1, T, S] added to the logits, or None.
-    mask: bool [batch or 1, heads or 1, T or 1, S], true where attending, or None.
-    dropout: applied to the probabilities (attention-probability dropout), or None.
-    value_term: probabilities -> a term added to the output (Shaw's relative values), or None.
-  Returns:
-    [batch, T, heads, head_dim] in the inputs' dtype.
+  implementation, so the forward values agree with the library call. ``bias``: [batch or 1,
+  heads or 1, T, S]; ``mask``: bool [batch or 1, heads or 1, T or 1, S], true where attending;
+  ``value_term``: probabilities -> a term added to the output (Shaw's relative values).
   """
   logits_dtype = jnp.promote_types(q_BxTxHxD.dtype, jnp.float32)
   precision = {jnp.bfloat16: jax.lax.DotAlgorithmPreset.BF16_BF16_F32,
@@ -95,14 +81,7 @@ def dot_product_attention(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, v_BxSxHxD:
 
 
 class SelfAttention(nnx.Module):
-  """Bidirectional multi-head self-attention.
-
-  Attributes:
-    query, key, value: projections [embed] -> [heads, head_dim].
-    output: projection [heads, head_dim] -> [embed].
-    positions: this layer's position hooks.
-    dropout: dropout on attention probabilities.
-  """
+  """Bidirectional multi-head self-attention; ``positions`` are this layer's position hooks."""
 
   def __init__(self, cfg: ModelConfig, positions: LayerHooks, *, rngs: nnx.Rngs):
     in_kernel = sharding.param_metadata((sharding.EMBED, sharding.HEADS, sharding.KV))
@@ -131,13 +110,8 @@ class SelfAttention(nnx.Module):
                rngs: nnx.Rngs | None, num_queries: int | None = None) -> jax.Array:
     """Attends over the real (mask true) keys; returns [batch, T, embed].
 
-    Args:
-      x_BxLxE: inputs [batch, length, embed] in the compute dtype.
-      mask_BxL: bool [batch, length], true at real tokens.
-      ctx: the forward pass's shared position state.
-      rngs: dropout keys (used only with attention-probability dropout in training).
-      num_queries: compute the outputs of the first T = ``num_queries`` positions only (all
-        keys still attended); None: T = length. Softmax attention only.
+    T = length, or with ``num_queries`` (softmax attention only) the first T positions only (all
+    keys still attended).
     """
     x_BxTxE, ctx_q = x_BxLxE, ctx
     if num_queries is not None:

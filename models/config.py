@@ -1,16 +1,14 @@
 """``ModelConfig``: the validated, frozen model description.
 
-Built in one line from the experiment config, whose ``model`` group declares every field, its
-default and its meaning (``configs/default.py``; the ``rope`` group is ``rope.RopeConfig``):
+Built in one line from the experiment config (``configs/default.py`` declares and explains every
+field of the ``model`` group):
 
     ModelConfig(**config.model, rope=rope.RopeConfig(**config.rope),
                 vocab_size=info.vocab_size, num_classes=info.num_classes)
 
-Size fields left at None take the value of the preset ``size``; ``embedding_size`` None means
-``hidden_size``. Every field is checked here, the position scheme and its options by the scheme
-(``models.positions``), so a bad experiment fails before anything is traced. The config is
-hashable (a static jit argument and part of the model's graphdef); evaluation variants are
-``cfg.replace(deterministic=True)``.
+Size fields left at None take the preset ``size``'s value (``embedding_size``: ``hidden_size``).
+Every field is checked here (the position options by ``models.positions``), so a bad experiment
+fails before anything is traced. Hashable: a static jit argument and part of the graphdef.
 """
 
 from __future__ import annotations
@@ -57,13 +55,9 @@ def _rate(field: str, value: float) -> None:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ModelConfig:
-  """Everything that defines the model: the ``model`` config group, plus
+  """Everything that defines the model: the ``model`` and ``rope`` groups and the data's sizes.
 
-  Attributes:
-    vocab_size: token vocabulary (from the data).
-    num_classes: classifier outputs (from the data).
-    rope: the rotary options (the ``rope`` group).
-    deterministic: no dropout (evaluation); otherwise dropout keys come from the call's rngs.
+  ``deterministic``: no dropout (evaluation); otherwise dropout keys come from the call's rngs.
   """
 
   vocab_size: int

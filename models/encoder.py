@@ -1,23 +1,11 @@
 """The RoFormer-style encoder classifier (Flax NNX).
 
-Structure and order follow Hugging Face ``RoFormerForSequenceClassification`` so its weights can
-be mapped one to one:
-
-  embeddings: word_embeddings (+ token_type_embeddings) (+ scheme embed) -> layer_norm -> dropout
-  embeddings_project (only when embedding_size != hidden_size)
-  layers[i]: attention.{query,key,value,output} -> attention_norm; intermediate -> output ->
-             output_norm  (HF: attention.self.*, attention.output.{dense,LayerNorm},
-                           intermediate.dense, output.{dense,LayerNorm})
-  final_norm (pre-LN only)
-  head: dropout -> dense -> GELU -> dropout -> out_proj  (HF RoFormerClassificationHead)
-
-Post-LN (default) is x = LN(x + dropout(sublayer(x))); pre-LN is x = x + dropout(sublayer(LN(x)))
-with a final LayerNorm. GELU is exact (erf). Parameters are float32; activations use the
-compute dtype (LayerNorm statistics and softmax in float32); logits are float32.
-
-The forward pass is pure: no RNG state lives in the model. Dropout (active iff
-``not cfg.deterministic``) draws keys from the ``rngs`` passed to the call. Shape letters:
-docs/shapes.md.
+Structure and order follow Hugging Face ``RoFormerForSequenceClassification``, so its weights map
+one to one (``models/hf.py``). Post-LN (default) is x = LN(x + dropout(sublayer(x))); pre-LN is
+x = x + dropout(sublayer(LN(x))) with a final LayerNorm. GELU is exact (erf). Parameters are
+float32; activations use the compute dtype (LayerNorm statistics and softmax in float32); logits
+are float32. The forward pass is pure: dropout (active iff ``not cfg.deterministic``) draws keys
+from the ``rngs`` passed to the call.
 """
 
 from __future__ import annotations
@@ -139,8 +127,7 @@ class EncoderLayer(nnx.Module):
 
 
 class ClassificationHead(nnx.Module):
-  """Hugging Face's RoFormerClassificationHead on a pooled vector: dropout -> dense -> GELU ->
-  dropout -> out_proj."""
+  """HF's RoFormerClassificationHead: dropout -> dense -> GELU -> dropout -> out_proj."""
 
   def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
     self.dense = _dense(cfg, cfg.hidden_size, cfg.hidden_size, (sharding.EMBED, sharding.MLP),
@@ -159,13 +146,8 @@ class ClassificationHead(nnx.Module):
 class Classifier(nnx.Module):
   """Encoder + pooling + classification head; the position scheme is ``cfg.position``.
 
-  Call as ``model(inputs_BxL, positions_BxL, mask_BxL, token_type_ids_BxL=None, *, rngs=None)``
-  -> float32 logits [batch, num_classes]; ``model.encode(...)`` (same arguments) -> final hidden
-  states [batch, length, hidden] in the compute dtype.
-
-  With CLS pooling only position 0 of the last layer reaches the logits, so the last layer
-  computes that position's output only (its queries, attention output and feed-forward block
-  for one row; keys and values from every position). Softmax attention only. Logits equal the
+  With CLS pooling (softmax attention) only position 0 of the last layer reaches the logits, so
+  that layer computes its output only (keys and values from every position). Logits equal the
   full computation's up to float rounding; dropout masks are drawn at the shapes computed.
   """
 
@@ -205,14 +187,9 @@ class Classifier(nnx.Module):
              last_num_queries: int | None = None) -> jax.Array:
     """Final hidden states [batch, length, hidden] in the compute dtype.
 
-    Args:
-      inputs_BxL: int token ids [batch, length].
-      positions_BxL: int positions [batch, length] (always explicit).
-      mask_BxL: bool [batch, length], true at real tokens.
-      token_type_ids_BxL: int [batch, length] (needs model.type_vocab_size > 0); None: zeros.
-      rngs: dropout keys, ``nnx.Rngs(dropout=key)``; required unless cfg.deterministic.
-      last_num_queries: the last layer computes only its first positions' outputs
-        ([batch, last_num_queries, hidden]).
+    ``positions_BxL`` are always explicit; ``mask_BxL`` is true at real tokens; token types None
+    mean zeros; ``rngs`` (``nnx.Rngs(dropout=key)``) is required unless cfg.deterministic. With
+    ``last_num_queries`` the last layer computes only its first positions' outputs.
     """
     self._check_inputs(inputs_BxL, positions_BxL, mask_BxL, token_type_ids_BxL, rngs)
     mask_BxL = mask_BxL.astype(bool)
@@ -254,11 +231,7 @@ class Classifier(nnx.Module):
 
 
 def init(cfg: ModelConfig, key: jax.Array) -> tuple[nnx.GraphDef, nnx.State]:
-  """(graphdef, params) of a freshly initialised ``Classifier``.
-
-  Works eagerly, under ``jax.jit(init, static_argnums=0)`` and under
-  ``jax.eval_shape(functools.partial(init, cfg), key)``. All model state is ``nnx.Param``.
-  """
+  """(graphdef, params) of a fresh ``Classifier`` (all its state); eager, jit or eval_shape."""
   return nnx.split(Classifier(cfg, rngs=nnx.Rngs(params=key)), nnx.Param)
 
 

@@ -6,39 +6,19 @@
   logits = model(ids, positions, attention_mask, token_type_ids)
   hidden = model.encode(ids, positions, attention_mask, token_type_ids)  # last_hidden_state
 
-Reads ``RoFormerModel`` (keys with or without the ``roformer.`` prefix) and
-``RoFormerForSequenceClassification`` (``roformer.*`` + ``classifier.{dense,out_proj}``)
-checkpoints from a directory holding ``config.json`` and ``model.safetensors`` (also sharded,
-``model.safetensors.index.json``), ``pytorch_model.bin`` (``torch.load(weights_only=True)``, never
-plain pickle) or ``flax_model.msgpack``; or from a single weights file. Reading safetensors and
-msgpack needs neither torch nor transformers.
+Reads ``RoFormerModel`` and ``RoFormerForSequenceClassification`` checkpoints (``roformer.``
+prefix optional): safetensors (also sharded), torch ``.bin`` (``weights_only=True``, never plain
+pickle) or Flax msgpack; safetensors and msgpack need neither torch nor transformers. The mapping
+is one to one (``models/encoder.py`` mirrors HF's module order). HF's sinusoidal
+``encoder.embed_positions.weight`` is checked, not stored (this model computes it). A checkpoint
+without a classification head gets a fresh one; other heads (MLM, QA) go to ``unused_keys``.
+HF's rotary table ends at ``max_position_embeddings``; this model has no such limit.
+``training.checkpoints.save_converted`` stores a conversion (``scripts/convert_hf.py``).
 
-The mapping is one to one (``models/encoder.py`` mirrors HF's module order); torch [out, in]
-kernels become [in, out], attention projections [embed, heads, head_dim] and the output
-projection [heads, head_dim, embed]. HF's ``encoder.embed_positions.weight`` is the fixed
-sinusoidal table (base 10000, interleaved pairs); it is checked, not stored (this model computes
-it). A checkpoint without a classification head (a base or MLM model) gets a freshly initialised
-head (from ``key``); other heads (MLM, token classification, QA) are listed in ``unused_keys``.
-
-``training.checkpoints.save_converted`` / ``load_converted`` store a conversion as orbax params
-plus a JSON config (``scripts/convert_hf.py`` is the command line). HF positions are 0 .. L-1 per
-sequence; this model takes positions explicitly, so pass that arange, and the attention mask
-(HF's default is all ones). HF's rotary table ends at ``max_position_embeddings``;
-this model has no such limit.
-
-Options beyond a plain copy, all exact (same logits):
-* ``layout='half'``: the query/key projections (and value/output with ``rotary_value``) are
-  permuted per head with ``rope.convert_qk_projection``, so the model runs in the GPT-NeoX/LLaMA
-  rotary layout.
-* ``type_vocab_size=0``: HF always adds token type 0's embedding; it is folded into the word
-  embeddings, so inputs without token types give HF's output for ``token_type_ids = 0``.
-
-Config mapping (``hf_fields``): num_hidden_layers -> model.num_layers, hidden_size,
-num_attention_heads -> model.num_heads, intermediate_size -> model.mlp_dim, embedding_size,
-hidden_dropout_prob -> model.dropout_rate, attention_probs_dropout_prob ->
-model.attention_dropout_rate, layer_norm_eps, type_vocab_size, rotary_value -> rope.rotary_value;
-fixed: position=rotary, softmax attention, post-LN, CLS pooling, rope base 10000, full-width
-rotation. ``hidden_act`` must be exact GELU ('gelu'), the only activation this model has.
+Exact options: ``layout='half'`` permutes the rotated projections per head
+(``rope.convert_qk_projection``) to run in the GPT-NeoX/LLaMA layout; ``type_vocab_size=0`` folds
+token type 0's embedding (HF always adds it) into the word embeddings. ``hidden_act`` must be
+exact GELU, the only activation this model has.
 """
 
 from __future__ import annotations
@@ -53,7 +33,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
+import safetensors.flax
+from flax import nnx, serialization
 
 import rope
 from models.config import ModelConfig
@@ -69,8 +50,6 @@ _PREFIX = 'roformer.'
 _HEAD_KEYS = ('classifier.dense.weight', 'classifier.dense.bias', 'classifier.out_proj.weight',
               'classifier.out_proj.bias')
 
-# ---------------------------------------------------------------------------------- reading
-
 
 def _weights_file(path: str) -> str:
   if os.path.isfile(path):
@@ -85,12 +64,12 @@ def _weights_file(path: str) -> str:
 
 
 def _read_safetensors(path: str) -> dict[str, np.ndarray]:
-  import safetensors.flax  # pylint: disable=g-import-not-at-top  (numpy has no bfloat16)
+  # The flax reader: safetensors.numpy cannot hold bfloat16.
   return {name: np.asarray(value) for name, value in safetensors.flax.load_file(path).items()}
 
 
 def _read_torch(path: str) -> dict[str, np.ndarray]:
-  import torch  # pylint: disable=g-import-not-at-top
+  import torch  # pylint: disable=g-import-not-at-top  (optional: only for .bin checkpoints)
   state = torch.load(path, map_location='cpu', weights_only=True)
   return {name: (t.float() if t.dtype == torch.bfloat16 else t).numpy()
           for name, t in state.items()}
@@ -98,7 +77,6 @@ def _read_torch(path: str) -> dict[str, np.ndarray]:
 
 def _read_flax(path: str) -> dict[str, np.ndarray]:
   """A Flax ``flax_model.msgpack`` as torch-style names and layouts."""
-  from flax import serialization  # pylint: disable=g-import-not-at-top
   with open(path, 'rb') as f:
     tree = serialization.msgpack_restore(f.read())
   out = {}
@@ -126,19 +104,13 @@ def _read_sharded(index_path: str) -> dict[str, np.ndarray]:
 def load_state_dict(path: str) -> dict[str, np.ndarray]:
   """HF parameter name -> numpy array, from a checkpoint directory or one weights file.
 
-  Formats: ``*.safetensors``, ``*.bin`` / ``*.pt`` (torch, loaded with ``weights_only=True``),
-  ``*.msgpack`` (Flax; renamed and transposed to torch's names and [out, in] layout), and the
-  sharded ``*.index.json`` of the first two. bfloat16 torch tensors become float32.
+  Flax msgpack gets torch's names and [out, in] layout; torch bfloat16 becomes float32.
   """
   weights = _weights_file(path)
-  if weights.endswith('.index.json'):
-    return _read_sharded(weights)
-  if weights.endswith('.safetensors'):
-    return _read_safetensors(weights)
-  if weights.endswith(('.bin', '.pt', '.pth')):
-    return _read_torch(weights)
-  if weights.endswith('.msgpack'):
-    return _read_flax(weights)
+  for suffixes, read in (('.index.json', _read_sharded), ('.safetensors', _read_safetensors),
+                         (('.bin', '.pt', '.pth'), _read_torch), ('.msgpack', _read_flax)):
+    if weights.endswith(suffixes):
+      return read(weights)
   raise ValueError(f'Unknown weights format {weights!r}: expected .safetensors, .bin, .pt or '
                    '.msgpack.')
 
@@ -151,9 +123,6 @@ def load_hf_config(path: str) -> dict[str, Any]:
     raise FileNotFoundError(f'No Hugging Face config at {path!r}.')
   with open(path) as f:
     return json.load(f)
-
-
-# ---------------------------------------------------------------------------------- config
 
 
 def _hf_dict(hf_config: Mapping[str, Any] | Any) -> dict[str, Any]:
@@ -181,11 +150,7 @@ def _check_supported(c: Mapping[str, Any]) -> None:
 
 def hf_fields(hf_config: Mapping[str, Any] | Any, *,
               layout: str = HF_LAYOUT) -> tuple[dict[str, Any], dict[str, Any]]:
-  """The ``model`` and ``rope`` config fields that make the model a HF RoFormer of this config.
-
-  The vocabulary and class count are not config fields (they come from the data); see
-  ``model_config``.
-  """
+  """The ``model`` and ``rope`` config fields of a HF config (vocab, classes: from data)."""
   c = _hf_dict(hf_config)
   _check_supported(c)
   hidden = c['hidden_size']
@@ -206,18 +171,11 @@ def hf_fields(hf_config: Mapping[str, Any] | Any, *,
 def model_config(hf_config: Mapping[str, Any] | Any, base: ModelConfig, *,
                  num_classes: int | None = None, layout: str = HF_LAYOUT,
                  **changes: Any) -> ModelConfig:
-  """The ``ModelConfig`` of a HF RoFormer config.
+  """The ``ModelConfig`` of a HF RoFormer config (a dict or a ``transformers.RoFormerConfig``).
 
-  Args:
-    hf_config: ``config.json`` as a dict, or a ``transformers.RoFormerConfig``.
-    base: the fields HF RoFormer does not define (attention implementation, dtype, remat, the
-      other schemes' options), e.g. the default experiment config's model.
-    num_classes: classifier outputs; None: the config's labels (``id2label`` / ``num_labels``,
-      HF's default 2).
-    layout: rotary layout to run in ('interleaved' as HF, or 'half' with permuted weights).
-    **changes: further ``ModelConfig`` fields (e.g. ``deterministic=True``,
-      ``type_vocab_size=0``, ``dtype='bfloat16'``). Changing the architecture (position, norm,
-      pooling, attention) loses the equivalence with HF.
+  ``base`` gives the fields HF does not define (attention implementation, dtype, remat, ...).
+  ``num_classes`` None: the config's labels (``id2label`` / ``num_labels``, HF's default 2).
+  Changing position, norm, pooling or attention in ``changes`` loses the equivalence with HF.
   """
   c = _hf_dict(hf_config)
   model, rope_fields = hf_fields(c, layout=layout)
@@ -226,9 +184,6 @@ def model_config(hf_config: Mapping[str, Any] | Any, base: ModelConfig, *,
   return base.replace(**{**model, **changes}, vocab_size=int(c['vocab_size']),
                       num_classes=int(num_classes),
                       rope=dataclasses.replace(base.rope, **rope_fields))
-
-
-# ---------------------------------------------------------------------------------- weights
 
 
 def sinusoidal_table(num_positions: int, dim: int) -> np.ndarray:
@@ -340,13 +295,7 @@ def _permute_layout(params: dict[Any, Any], cfg: ModelConfig) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class Converted:
-  """A converted state dict.
-
-  Attributes:
-    params: pure params dict (``nnx.merge(graphdef, params)`` / ``nnx.replace_by_pure_dict``).
-    has_head: the classification head came from the checkpoint (else freshly initialised).
-    unused_keys: checkpoint keys this model has no use for (e.g. an MLM head).
-  """
+  """A converted state dict: pure ``params`` and whether the head came from the checkpoint."""
 
   params: dict[Any, Any]
   has_head: bool
@@ -355,19 +304,10 @@ class Converted:
 
 def convert_state_dict(state_dict: Mapping[str, np.ndarray], cfg: ModelConfig, *,
                        init_params: Mapping[Any, Any] | None = None) -> Converted:
-  """HF RoFormer tensors (torch names and layouts) -> this model's params for ``cfg``.
+  """HF RoFormer tensors (torch names and layouts) -> this model's float32 params for ``cfg``.
 
-  Args:
-    state_dict: HF name -> array (``load_state_dict``, or ``{k: v.numpy()}`` of a torch
-      ``state_dict()``); the ``roformer.`` prefix is optional.
-    cfg: the model config (``model_config``). ``cfg.rope.layout='half'`` permutes the rotated
-      projections; ``cfg.type_vocab_size=0`` folds token type 0 into the word embeddings.
-    init_params: a pure params dict of a fresh model (``nnx.to_pure_dict`` of ``init``'s
-      params), used for the classification head when the checkpoint has none.
-  Returns:
-    ``Converted``; every array is float32 numpy.
-  Raises:
-    ValueError / KeyError naming the parameter on a missing tensor or a shape mismatch.
+  ``init_params`` (a fresh model's pure params dict) gives the classification head when the
+  checkpoint has none. A missing tensor or a shape mismatch raises, naming the parameter.
   """
   if cfg.position != 'rotary' or cfg.attention != 'softmax' or cfg.norm != 'post':
     raise ValueError('HF RoFormer is a post-LN softmax encoder with rotary positions; got '
@@ -420,8 +360,7 @@ def _convert_layer(conv: _Converter, cfg: ModelConfig, i: int) -> None:
 
 
 def _convert_head(conv: _Converter, init_params: Mapping[Any, Any] | None) -> bool:
-  """Converts the classification head, or takes it from ``init_params``; whether it was in the
-  checkpoint."""
+  """Converts the head, or copies it from ``init_params``; whether the checkpoint had one."""
   present = [k for k in _HEAD_KEYS if conv.has(k)]
   if present and len(present) < len(_HEAD_KEYS):
     raise ValueError(f'Incomplete classification head in checkpoint: has {present}, needs '
@@ -447,20 +386,12 @@ def _check_complete(params: Mapping[Any, Any], target: Mapping[Any, Any], prefix
       _check_complete(params[key], sub, name + '/')
 
 
-# ---------------------------------------------------------------------------------- one call
-
-
 @dataclasses.dataclass(frozen=True)
 class HFRoFormer:
-  """A converted checkpoint: ``cfg`` and ``params`` build the model (``model()``).
+  """A converted checkpoint: ``cfg`` and float32 ``params`` build the model (``model()``).
 
-  Attributes:
-    cfg: the ModelConfig.
-    params: pure params dict (float32 numpy).
-    overrides: the dotted ``configs/default.py`` overrides that give this model
-      (``--config.model.num_layers=...``).
-    has_head: whether the classification head came from the checkpoint.
-    unused_keys: checkpoint tensors not used (e.g. an MLM head).
+  ``overrides``: the dotted ``configs/default.py`` overrides (``model.num_layers``, ...) that give
+  this model.
   """
 
   cfg: ModelConfig
@@ -480,16 +411,11 @@ class HFRoFormer:
 def load_hf_roformer(path: str, base: ModelConfig, *, num_classes: int | None = None,
                      layout: str = HF_LAYOUT, key: jax.Array | None = None,
                      **changes: Any) -> HFRoFormer:
-  """Reads and converts a HF RoFormer checkpoint (directory with ``config.json``).
+  """Reads and converts a HF RoFormer checkpoint (a ``save_pretrained`` directory).
 
-  Args:
-    path: checkpoint directory (``save_pretrained`` output).
-    base: the fields HF does not define (``model_config``).
-    num_classes: classifier outputs. None: the checkpoint head's (or the config's labels when
-      there is no head). A value different from the checkpoint head's raises.
-    layout: 'interleaved' (as HF) or 'half' (weights permuted; identical outputs).
-    key: PRNG key for a fresh classification head (checkpoints without one); default key 0.
-    **changes: further ``ModelConfig`` fields, e.g. ``deterministic=True``.
+  ``num_classes`` None: the checkpoint head's (else the config's labels); a value other than the
+  head's raises. ``key`` initialises a missing head (default key 0). Other arguments as
+  ``model_config``.
   """
   hf_config = load_hf_config(path)
   state_dict = load_state_dict(path)

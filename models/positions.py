@@ -1,22 +1,14 @@
 """Position schemes, a registry by name (``model.position``).
 
-Every scheme is at most three hooks, so attention never knows which scheme it runs:
+Attention never knows which scheme it runs. A ``PositionScheme`` (one per model) holds the shared
+parameters, adds its ``embed`` term to the token embeddings (sinusoidal, learned) and computes a
+``PositionContext`` once per forward pass (rotary tables, bias tensors, clipped relative
+distances) that every layer shares. Each layer's attention owns the ``LayerHooks`` the scheme
+made for it (per-layer parameters for Shaw) and calls ``rotate`` (rotary), ``bias`` (t5, alibi,
+shaw) and ``value_term`` on the probabilities (Shaw with ``model.shaw_values``).
 
-* ``embed(x, positions)``: a term added to the token embeddings (sinusoidal, learned).
-* ``bias``: an additive float32 logits term [batch or 1, heads, length_q, length_k] (t5, alibi),
-  possibly query-dependent (shaw keys: q_i . a_(j-i) / sqrt(head_dim)).
-* ``rotate``: a rotation of queries, keys (and optionally values) (rotary, via ``rope.Rotary``).
-
-A ``PositionScheme`` (one per model) holds the shared parameters, applies ``embed`` and computes
-a ``PositionContext`` once per forward pass from the explicit positions (rotary sin/cos tables,
-bias tensors, clipped relative distances); every encoder layer shares it. Each layer's attention
-owns a ``LayerHooks`` made by the scheme (with per-layer parameters for Shaw) and calls
-``rotate``, ``bias`` and, where a scheme mixes relative representations into the values (Shaw with
-``model.shaw_values``), ``value_term`` on the attention probabilities.
-
-Relative schemes compute distances from the explicit positions, relative[b, i, j] =
-positions[b, j] - positions[b, i] (key minus query), so shifting all positions changes nothing.
-Positions are integer arrays [batch, length]; nothing here invents an arange.
+Relative distances are key minus query position, from the explicit integer positions
+[batch, length], so shifting all positions changes nothing; nothing here invents an arange.
 """
 
 from __future__ import annotations
@@ -40,11 +32,9 @@ class LengthError(ValueError):
 class PositionContext(NamedTuple):
   """Per-forward-pass position state, shared by all layers (a pytree; unused fields are None).
 
-  Attributes:
-    rotary_tables: ``rope.RotaryTables`` (float32 sin/cos [batch, length, rotary_dim/2]).
-    bias: float32 additive logits term [batch, heads, length_q, length_k].
-    relative: int32 clipped relative distances + k, in [0, 2k], [batch, length_q, length_k]
-      (Shaw).
+  ``rotary_tables``: float32 sin/cos [batch, length, rotary_dim/2]; ``bias``: float32 logits term
+  [batch, heads, length_q, length_k]; ``relative`` (Shaw): int32 clipped distances + k, in
+  [0, 2k], [batch, length_q, length_k].
   """
 
   rotary_tables: rope.RotaryTables | None = None
@@ -52,9 +42,7 @@ class PositionContext(NamedTuple):
   relative: jax.Array | None = None
 
   def first_queries(self, num: int) -> PositionContext:
-    """The context of queries 0 .. num - 1 only (keys unchanged): what the query-side hooks
-    (``rotate(q, ..., 'query')``, ``bias``, ``value_term``) need when only those queries'
-    outputs are computed."""
+    """The context of queries 0 .. num - 1 only (keys unchanged), for the query-side hooks."""
     tables = self.rotary_tables
     if tables is not None:
       tables = rope.RotaryTables(*(None if t is None else t[..., :num, :] for t in tables))
@@ -95,16 +83,10 @@ def scatter_relative(values_BxHxTxS: jax.Array, index_BxTxS: jax.Array,
 
 
 class LayerHooks(nnx.Module):
-  """The per-layer hooks an attention layer calls. This base is the identity / no-bias case.
+  """The per-layer hooks an attention layer calls; this base is the identity / no-bias case."""
 
-  Attributes:
-    rotary: the ``rope.Rotary`` that linear attention applies to phi(q), phi(k) (None: none).
-    mixes_values: whether ``value_term`` adds to the attention output; attention then forms
-      explicit probabilities instead of calling ``jax.nn.dot_product_attention``.
-  """
-
-  rotary: rope.Rotary | None = None
-  mixes_values: bool = False
+  rotary: rope.Rotary | None = None  # what linear attention applies to phi(q), phi(k)
+  mixes_values: bool = False  # value_term adds to the output: attention forms explicit probs
 
   def rotate(self, x_BxLxHxD: jax.Array, ctx: PositionContext, role: str) -> jax.Array:
     """Rotates queries, keys or values (role 'query', 'key', 'value'); same shape and dtype."""
@@ -123,17 +105,10 @@ class LayerHooks(nnx.Module):
 
 
 class PositionScheme(nnx.Module):
-  """Base scheme; every hook defaults to "no position information". Schemes override some.
+  """Base scheme; every hook defaults to "no position information". Schemes override some."""
 
-  Class attributes:
-    paper: the reference.
-    supports_linear: usable with ``model.attention='linear'`` (no logits to bias).
-    options: the scheme-specific switches (config paths) that only this scheme accepts.
-  """
-
-  paper: ClassVar[str] = ''
-  supports_linear: ClassVar[bool] = True
-  options: ClassVar[tuple[str, ...]] = ()
+  supports_linear: ClassVar[bool] = True  # usable with model.attention='linear' (no logits)
+  options: ClassVar[tuple[str, ...]] = ()  # the config switches only this scheme accepts
 
   def __init__(self, cfg, *, rngs: nnx.Rngs):
     del cfg, rngs
@@ -161,13 +136,12 @@ class PositionScheme(nnx.Module):
 SCHEMES: dict[str, type[PositionScheme]] = {}
 
 
-def register(name: str):
+def register(name: str, *, supports_linear: bool = True, options: tuple[str, ...] = ()):
   """Class decorator adding a scheme to ``SCHEMES`` under ``name``."""
-
   def add(cls: type[PositionScheme]) -> type[PositionScheme]:
+    cls.supports_linear, cls.options = supports_linear, options
     SCHEMES[name] = cls
     return cls
-
   return add
 
 
@@ -204,8 +178,6 @@ def build(cfg, *, rngs: nnx.Rngs) -> PositionScheme:
 class NoPositions(PositionScheme):
   """No position information: the sanity baseline (attention sees a bag of tokens)."""
 
-  paper = 'None (baseline): attention is permutation-equivariant without positions.'
-
 
 def sinusoidal_table(positions_BxL: jax.Array, width: int) -> jax.Array:
   """float32 [batch, length, width]: PE[m, 2i] = sin(m w_i), PE[m, 2i+1] = cos(m w_i).
@@ -220,9 +192,7 @@ def sinusoidal_table(positions_BxL: jax.Array, width: int) -> jax.Array:
 
 @register('sinusoidal')
 class Sinusoidal(PositionScheme):
-  """Fixed sinusoidal embeddings added to the token embeddings."""
-
-  paper = 'Vaswani et al. (2017), "Attention Is All You Need", section 3.5.'
+  """Fixed sinusoidal embeddings added to the token embeddings (Vaswani et al. 2017, 3.5)."""
 
   def __init__(self, cfg, *, rngs: nnx.Rngs):
     del rngs
@@ -236,26 +206,21 @@ class Sinusoidal(PositionScheme):
                        f'model.embedding_size={cfg.embedding_size}.')
 
   def embed(self, x_BxLxE: jax.Array, positions_BxL: jax.Array) -> jax.Array:
-    # Vaswani et al. multiply the token embeddings by sqrt(d_model) so that tokens and the
-    # unit-amplitude table have comparable scale. With BERT/RoFormer-style N(0, 0.02) token
-    # embeddings we scale the table down instead, to the same RMS (0.02): added at amplitude 1
-    # it drowns the token identity before the embedding LayerNorm (measured: a tiny model stays
-    # at chance on the order probe for 300+ steps while rotary solves it).
+    # Vaswani et al. scale the tokens by sqrt(d_model) to match the unit-amplitude table; with
+    # BERT/RoFormer-style N(0, 0.02) token embeddings we scale the table down to their RMS instead:
+    # at amplitude 1 it drowns the token identity before the embedding LayerNorm (measured: a tiny
+    # model stays at chance on the order probe for 300+ steps while rotary solves it).
     table_BxLxE = sinusoidal_table(positions_BxL, self.width) * (self.init_std * math.sqrt(2.0))
     return x_BxLxE + table_BxLxE.astype(x_BxLxE.dtype)
 
 
 @register('learned')
 class Learned(PositionScheme):
-  """Learned absolute embeddings for positions 0 .. max_length - 1 (BERT).
+  """Learned absolute embeddings for positions 0 .. max_length - 1 (BERT, Devlin et al. 2019).
 
-  A sequence longer than ``model.max_length`` raises at trace time. Position *values* are traced,
-  so one outside [0, max_length) cannot raise: its embedding is NaN (never a silently clipped
-  row), which makes the outputs NaN.
+  A longer sequence raises at trace time; a position value outside [0, max_length) is traced, so
+  it cannot raise: it gets a NaN embedding, never a silently clipped row.
   """
-
-  paper = ('Devlin et al. (2019), "BERT: Pre-training of Deep Bidirectional Transformers for '
-           'Language Understanding" (learned absolute positions, Gehring et al. 2017).')
 
   def __init__(self, cfg, *, rngs: nnx.Rngs):
     self.max_length = cfg.max_length
@@ -290,8 +255,7 @@ class ShawHooks(LayerHooks):
     self.mixes_values = cfg.shaw_values
 
   def bias(self, q_BxLxHxD: jax.Array, ctx: PositionContext) -> jax.Array:
-    """q_i . a^K_(j-i) / sqrt(head_dim) (eq. 4): q_i . a^K_r for the 2k+1 distances r, then a
-    gather of each pair's r."""
+    """q_i . a^K_(j-i) / sqrt(head_dim) (eq. 4): q_i . a^K_r for the 2k+1 r, then a gather."""
     table_RxD = self.key_table[...].astype(q_BxLxHxD.dtype)
     qa_BxHxTxR = jnp.einsum('BTHD,RD->BHTR', q_BxLxHxD, table_RxD,
                             preferred_element_type=jnp.float32)
@@ -299,8 +263,7 @@ class ShawHooks(LayerHooks):
     return bias_BxHxTxS / math.sqrt(q_BxLxHxD.shape[-1])
 
   def value_term(self, probs_BxHxTxS: jax.Array, ctx: PositionContext) -> jax.Array | None:
-    """sum_j p_ij a^V_(j-i) (eq. 3), in the probabilities' dtype: the probability mass at each
-    clipped distance (summed in float32), times a^V."""
+    """sum_j p_ij a^V_(j-i) (eq. 3): the probability mass per distance (float32 sum) times a^V."""
     if self.value_table is None:
       return None
     num_relative = self.value_table.shape[0]
@@ -310,19 +273,10 @@ class ShawHooks(LayerHooks):
                       self.value_table[...].astype(probs_BxHxTxS.dtype))
 
 
-@register('shaw')
+@register('shaw', supports_linear=False, options=('model.shaw_values',))
 class Shaw(PositionScheme):
-  """Relative position representations on keys (and values), clipped at +-k, per layer.
-
-  The clipped distances [batch, length, length] are computed once per forward pass; each layer
-  forms q_i . a^K_r for the 2k+1 distances r (O(batch length k) work) and gathers each pair's
-  term (and, with values, sums the probabilities per distance: the transposed gather).
-  """
-
-  paper = ('Shaw, Uszkoreit and Vaswani (2018), "Self-Attention with Relative Position '
-           'Representations".')
-  supports_linear = False
-  options = ('model.shaw_values',)
+  """Relative position representations on keys (and values), clipped at +-k, per layer (Shaw,
+  Uszkoreit and Vaswani 2018)."""
 
   def __init__(self, cfg, *, rngs: nnx.Rngs):
     del rngs
@@ -359,13 +313,10 @@ def t5_buckets(relative_BxTxS: jax.Array, num_buckets: int, max_distance: int) -
   return offset_BxTxS + jnp.where(distance_BxTxS < max_exact, distance_BxTxS, large_BxTxS)
 
 
-@register('t5')
+@register('t5', supports_linear=False)
 class T5(PositionScheme):
-  """A learned scalar per (bucketed relative distance, head), shared by all layers."""
-
-  paper = ('Raffel et al. (2020), "Exploring the Limits of Transfer Learning with a Unified '
-           'Text-to-Text Transformer", section 2.1.')
-  supports_linear = False
+  """A learned scalar per (bucketed relative distance, head), shared by all layers (Raffel et
+  al. 2020, section 2.1)."""
 
   def __init__(self, cfg, *, rngs: nnx.Rngs):
     self.num_buckets = cfg.t5_num_buckets
@@ -406,13 +357,10 @@ def alibi_slopes(num_heads: int) -> np.ndarray:
   return np.asarray(slopes, np.float32)
 
 
-@register('alibi')
+@register('alibi', supports_linear=False)
 class ALiBi(PositionScheme):
-  """Fixed linear biases -slope_h |j - i| (the symmetric form for a bidirectional encoder)."""
-
-  paper = ('Press, Smith and Lewis (2022), "Train Short, Test Long: Attention with Linear Biases '
-           'Enables Input Length Extrapolation".')
-  supports_linear = False
+  """Fixed linear biases -slope_h |j - i| (Press, Smith and Lewis 2022), in the symmetric form
+  for a bidirectional encoder."""
 
   def __init__(self, cfg, *, rngs: nnx.Rngs):
     del rngs
@@ -436,17 +384,10 @@ class RotaryHooks(LayerHooks):
     return self.rotary.apply(x_BxLxHxD, ctx.rotary_tables, role=role)
 
 
-@register('rotary')
+@register('rotary', options=('rope.rotary_dim', 'rope.scaling', 'rope.xpos', 'rope.rotary_value'))
 class Rotary(PositionScheme):
-  """RoPE: queries and keys rotated by position-dependent angles (all ``rope`` options).
-
-  With ``rope.rotary_value`` values are rotated by the same rotation, as Hugging Face RoFormer's
-  ``rotary_value``. Tables are computed once per forward pass and shared by all layers.
-  """
-
-  paper = ('Su et al. (2021), "RoFormer: Enhanced Transformer with Rotary Position Embedding"; '
-           'xPos: Sun et al. (2022); scaling: see rope.frequencies.')
-  options = ('rope.rotary_dim', 'rope.scaling', 'rope.xpos', 'rope.rotary_value')
+  """RoPE (Su et al. 2021; every ``rope`` option): queries, keys and, with
+  ``rope.rotary_value``, values rotated."""
 
   def __init__(self, cfg, *, rngs: nnx.Rngs):
     del rngs

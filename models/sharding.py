@@ -1,19 +1,11 @@
 """Logical axis names for parameters and activations.
 
-Models name the axes of their parameters and key activations with the *logical* names below and
-never mention mesh axes. The training side maps logical names to mesh axes with a rules table
-(``training/partitioning.py``: ``LOGICAL_RULES``) and a mesh:
-
-    with jax.set_mesh(mesh), nnx.logical_axis_rules(rules):
-      ...
-
-Parameters carry their names as ``out_sharding`` metadata on each ``nnx.Param`` (the current
-flax equivalent of ``nnx.with_partitioning``), so ``nnx.get_partition_spec(params)`` under the
-rules gives the ``PartitionSpec`` tree. The rules table must name every logical axis (map unused
-ones to None): names without a rule are passed to the mesh verbatim.
-
-Activations are annotated with ``constrain(x, names)``, a no-op unless logical-axis rules *and*
-a mesh are active.
+Models never mention mesh axes; the training side maps these names to mesh axes with a rules
+table (``training/partitioning.py``: ``LOGICAL_RULES``) under ``jax.set_mesh(mesh)`` and
+``nnx.logical_axis_rules(rules)``. The table must name every logical axis (unused ones map to
+None): names without a rule reach the mesh verbatim. Parameters carry their names as
+``out_sharding`` metadata (flax's successor of ``nnx.with_partitioning``), so
+``nnx.get_partition_spec(params)`` under the rules gives the ``PartitionSpec`` tree.
 """
 
 from __future__ import annotations
@@ -71,10 +63,7 @@ def distinct_axes(spec: PartitionSpec) -> PartitionSpec:
 
 
 def constrain(x: jax.Array, names: Sequence[str | None]) -> jax.Array:
-  """Constrains the sharding of x to the logical axes ``names`` (one per dimension of x).
-
-  A no-op unless logical-axis rules and a mesh are active.
-  """
+  """Constrains x's sharding to logical ``names`` (one per dimension); no-op unless ``active()``."""
   if len(names) != x.ndim:
     raise ValueError(f'{len(names)} logical names {tuple(names)} for an array of shape {x.shape}.')
   if not active():
@@ -87,9 +76,5 @@ def constrain(x: jax.Array, names: Sequence[str | None]) -> jax.Array:
 
 
 def param_metadata(names: Sequence[str | None]) -> Mapping[str, Any]:
-  """``nnx.Param`` metadata naming the logical axes of a parameter (one name per dimension).
-
-  Parameters are sharded when created (flax's eager sharding) only while logical-axis rules and
-  a mesh are active, so models can be built with or without a mesh.
-  """
+  """``nnx.Param`` metadata naming a parameter's logical axes; sharded eagerly iff ``active()``."""
   return {'out_sharding': _check_names(names), 'eager_sharding': active()}

@@ -1,8 +1,5 @@
-"""``RopeConfig``: every RoPE option, declared once (the ``rope`` group of the configs is built
-from it, so the defaults below are the project's defaults too).
-
-Frozen and hashable: a static jit argument and part of a model's graphdef.
-"""
+"""``RopeConfig``: every RoPE option, declared once. The configs' ``rope`` group is built from
+it, so its defaults are the project's. Frozen and hashable (a static jit argument)."""
 
 from __future__ import annotations
 
@@ -20,41 +17,25 @@ def _choice(field: str, value, choices) -> None:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RopeConfig:
-  """A RoPE variant, independent of the head size.
+  """A RoPE variant, independent of the head size (``Rotary`` adds it)."""
 
-  Attributes:
-    base: theta_i = base^(-2i/d) (paper: 10000).
-    layout: 'interleaved' rotates pairs (2i, 2i+1) as the paper and Hugging Face RoFormer;
-      'half' rotates pairs (i, i + d/2) as GPT-NeoX, LLaMA and MaxText (``rope.layouts``).
-    rotary_dim: rotate only the first rotary_dim features of each head (None: all).
-    scaling: frequency scaling for length extrapolation, one of ``SCALING_KINDS`` (see
-      ``rope.frequencies``).
-    scaling_factor: the context-extension factor s (1 is plain RoPE).
-    original_max_length: the training context length L that yarn and llama3 extend.
-    yarn_beta_fast: YaRN: dimensions turning more than this often over L are kept.
-    yarn_beta_slow: YaRN: dimensions turning less than this often over L are interpolated.
-    llama3_low_freq_factor: Llama 3.1: wavelengths above L / this are divided by s.
-    llama3_high_freq_factor: Llama 3.1: wavelengths below L / this are kept.
-    xpos: xPos (Sun et al. 2022): queries at position m are multiplied per pair by
-      zeta_i^(m / xpos_scale_base) and keys by zeta_i^(-m / xpos_scale_base),
-      zeta_i = (2i/d + 0.4) / 1.4, so q.k decays with m - n.
-    xpos_scale_base: the xPos length scale.
-    rotary_value: also rotate the values (Hugging Face RoFormer's ``rotary_value``).
-  """
-
-  base: float = 10000.0
+  base: float = 10000.0  # theta_i = base^(-2i/d) (paper: 10000)
+  # 'interleaved' rotates pairs (2i, 2i+1) as the paper and Hugging Face RoFormer; 'half' pairs
+  # (i, i + d/2) as GPT-NeoX, LLaMA and MaxText (rope.layouts converts weights between them).
   layout: str = 'interleaved'
-  rotary_dim: int | None = None
-  scaling: str = 'none'
-  scaling_factor: float = 1.0
-  original_max_length: int = 512
-  yarn_beta_fast: float = 32.0
-  yarn_beta_slow: float = 1.0
-  llama3_low_freq_factor: float = 1.0
-  llama3_high_freq_factor: float = 4.0
+  rotary_dim: int | None = None  # rotate only the first rotary_dim features of a head (None: all)
+  scaling: str = 'none'  # frequency scaling for length extrapolation (rope.frequencies)
+  scaling_factor: float = 1.0  # the context-extension factor s (1: plain RoPE)
+  original_max_length: int = 512  # the training context L that yarn and llama3 extend
+  yarn_beta_fast: float = 32.0  # YaRN: dimensions turning more often than this over L are kept
+  yarn_beta_slow: float = 1.0  # YaRN: ... less often than this are interpolated by s
+  llama3_low_freq_factor: float = 1.0  # Llama 3.1: wavelengths above L / this are divided by s
+  llama3_high_freq_factor: float = 4.0  # Llama 3.1: wavelengths below L / this are kept
+  # xPos (Sun et al. 2022): queries at position m times zeta_i^(m / xpos_scale_base) per pair,
+  # keys times zeta_i^(-m / xpos_scale_base), zeta_i = (2i/d + 0.4) / 1.4: q.k decays with m - n.
   xpos: bool = False
   xpos_scale_base: float = 512.0
-  rotary_value: bool = False
+  rotary_value: bool = False  # also rotate the values (Hugging Face RoFormer's rotary_value)
 
   def __post_init__(self):
     check_layout(self.layout)

@@ -36,18 +36,10 @@ def layout_permutation(head_dim: int, *, src: str, dst: str,
 
 def convert_qk_projection(w: np.ndarray, *, head_dim: int, src: str, dst: str,
                           rotary_dim: int | None = None, axis: int = -1) -> np.ndarray:
-  """Permutes a query/key projection kernel or bias from layout ``src`` to ``dst``.
-
-  Args:
-    w: an array whose ``axis`` holds the projection's output features, of size
-      num_heads * head_dim (heads outermost, as in a [embed, heads * head_dim] kernel) or an
-      axis of size head_dim (as in a [embed, heads, head_dim] kernel, with axis=-1).
-    head_dim, rotary_dim: the attention's head and rotated widths.
-    src, dst: the layouts.
-    axis: the output-feature axis.
-  Returns:
-    The permuted array: attention scores of the converted model in ``dst`` equal the original's.
-  """
+  """Permutes a query/key projection kernel or bias from layout ``src`` to ``dst``, so that the
+  converted model's attention scores in ``dst`` equal the original's. ``axis`` holds the output
+  features: num_heads * head_dim of them (heads outermost, a [embed, heads * head_dim] kernel)
+  or head_dim (a [embed, heads, head_dim] kernel)."""
   w = np.asarray(w)
   size = w.shape[axis]
   if size % head_dim:

@@ -28,19 +28,10 @@ def linear_attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
                      rotary: rotary_lib.Rotary | None = None,
                      tables: rotary_lib.RotaryTables | None = None,
                      feature_map: str = 'elu+1', eps: float = 1e-6) -> jax.Array:
-  """Bidirectional linear attention with optional RoPE (eq. 19).
-
-  Args:
-    q, k: [batch, length, heads, head_dim] queries and keys (not yet rotated).
-    v: [batch, length, heads, value_dim].
-    mask: [batch, length], true (or 1) at real tokens; None means all real.
-    rotary: the RoPE variant; None gives plain linear attention.
-    tables: ``rotary.tables(positions)`` (required with ``rotary``).
-    feature_map: 'elu+1' or 'relu'.
-    eps: added to the normaliser.
-  Returns:
-    [batch, length, heads, value_dim] in v's dtype; computed in float32.
-  """
+  """Bidirectional linear attention (eq. 19), with RoPE when ``rotary`` and its ``tables`` are
+  given: q, k [batch, length, heads, head_dim] (not yet rotated), v [..., value_dim], mask
+  [batch, length] true at real tokens (None: all real). Computed in float32, returned in v's
+  dtype, [batch, length, heads, value_dim]."""
   if feature_map not in FEATURE_MAPS:
     raise ValueError(f'Unknown feature map {feature_map!r}; valid choices: '
                      f'{", ".join(FEATURE_MAPS)}.')

@@ -8,22 +8,11 @@ For one vector x in R^d at position m, RoPE multiplies x by the block-diagonal r
 computed the efficient way (eq. 34): R x = x * cos(m theta) + rotate(x) * sin(m theta), where
 rotate maps each pair (x_a, x_b) to (-x_b, x_a). Nothing builds a d x d matrix.
 
-The paper pairs features (2i, 2i+1) (``layout='interleaved'``, as the original RoFormer and
-Hugging Face RoFormer); GPT-NeoX, LLaMA and MaxText pair (i, i + d/2) (``layout='half'``).
-The two differ only by a fixed permutation of features (see ``rope.layouts``).
-
-Structure:
-  * ``sincos_one(m, theta)``: the angles of one position, in float32.
-  * ``rotate_one(x_D, sin, cos)``: rotates one vector, given its position's sin/cos.
-  * ``apply_rotary_sincos``: ``rotate_one`` lifted with ``jax.vmap`` over heads, length and batch.
-  * ``Rotary``: a frozen (hashable) description of a RoPE variant: ``tables(positions)`` computes
-    sin/cos (and xPos scales) once per forward pass, ``apply(x, tables, role)`` is shared by every
-    layer.
-  * ``apply_rotary``: the one-call jitted form.
-
-Precision: angles m * theta are computed in float32 whatever the activation dtype (bfloat16
-angles are off by up to ~0.8 rad at a few thousand positions); the rotation itself is computed in
-float32 and rounded once to the input dtype.
+``sincos_one`` and ``rotate_one`` are the paper's formulas for one position and one vector;
+``apply_rotary_sincos`` lifts them with ``jax.vmap`` over heads, length and batch; ``Rotary``
+computes the tables once per forward pass for every layer; ``apply_rotary`` is the one-call form.
+Angles m * theta are float32 whatever the activation dtype (bfloat16 angles are off by up to
+~0.8 rad at a few thousand positions); the rotation is computed in float32 and rounded once.
 """
 
 from __future__ import annotations

@@ -1,25 +1,11 @@
-"""Orbax checkpoints: the last N for resume plus the best by validation accuracy, and a check of
-every file's content that orbax does not do.
+"""Orbax checkpoints (the last N plus the best by validation accuracy), checked file by file.
 
-What orbax's ``CheckpointManager`` does here: asynchronous saves into a temporary directory
-renamed when complete (a save interrupted at any moment, kill -9 included, leaves no step
-behind, and ``cleanup_tmp_directories`` removes the leftovers), keeping the latest
-``train.keep_checkpoints`` plus the best by validation accuracy (preservation policies), the
-step list and each step's metrics.
-
-What it does not, and this module adds:
-  * A manifest (``_SHA256_MANIFEST.json``: size and SHA-256 of every file), written once a save
-    is complete and checked before a restore, so a truncated or garbled file is detected instead
-    of being read as numbers. (A checkpoint killed before its manifest was written is checked by
-    restoring it.)
-  * ``restore_latest`` resumes from the newest intact checkpoint: newer corrupt ones are
-    reported and moved to ``workdir/checkpoints_corrupt/`` (kept, never deleted). With no intact
-    checkpoint it raises ``NoIntactCheckpointError`` and changes nothing.
-  * A checkpoint whose arrays do not have the shapes of the current config raises
-    ``CheckpointMismatchError`` naming the arrays, instead of a shape error from inside orbax.
-  * A save that fails (a full disk, a quota, a read-only filesystem) raises
-    ``CheckpointSaveError`` saying so; the earlier checkpoints are untouched.
-Nothing here uses pickle: arrays are orbax/tensorstore, metadata and manifests JSON.
+Orbax saves into a temporary directory renamed when complete, so an interrupted save (kill -9
+included) leaves no step behind. Added here: a manifest (``_SHA256_MANIFEST.json``, size and
+SHA-256 of every file) written once a save is complete and checked before a restore, so a
+truncated or garbled file is detected, not read as numbers; resuming from the newest intact
+checkpoint, newer corrupt ones moved to ``checkpoints_corrupt/`` (never deleted); clear errors for
+other array shapes and failed saves. No pickle: arrays are tensorstore, the rest is JSON.
 """
 
 from __future__ import annotations
@@ -53,22 +39,19 @@ STATE_ITEM = 'state'
 _SMALL_FILE = 1 << 20  # files up to this size are hashed even by the quick check
 
 
-class _QuietOrbaxLogs(logging.Filter):
-  """In quiet mode (verbosity WARNING, the entry points' default): drops orbax's warning for
-  every checkpoint saved without a validation accuracy (those are simply not candidates for the
-  best one), and the tracebacks its threads log when a save fails (raised as
-  ``CheckpointSaveError``, one paragraph). ``--verbosity=1`` keeps them."""
-
-  def filter(self, record: logging.LogRecord) -> bool:
-    if 'did not provide metrics' in str(record.msg):
-      return False
-    if (record.exc_info and '/orbax/' in (record.pathname or '')
-        and absl_logging.get_verbosity() < absl_logging.INFO):
-      record.exc_info, record.exc_text = None, None
-    return True
+def _quiet_orbax_logs(record: logging.LogRecord) -> bool:
+  """Drops orbax's warning for each save without a validation accuracy (simply not a candidate for
+  the best), and below ``--verbosity=1`` the tracebacks its threads log when a save fails (raised
+  as ``CheckpointSaveError``, one paragraph)."""
+  if 'did not provide metrics' in str(record.msg):
+    return False
+  if (record.exc_info and '/orbax/' in (record.pathname or '')
+      and absl_logging.get_verbosity() < absl_logging.INFO):
+    record.exc_info, record.exc_text = None, None
+  return True
 
 
-logging.getLogger('absl').addFilter(_QuietOrbaxLogs())
+logging.getLogger('absl').addFilter(_quiet_orbax_logs)
 
 
 class CheckpointError(RuntimeError):
@@ -80,8 +63,7 @@ class CorruptCheckpointError(CheckpointError):
 
   def __init__(self, step: int, reason: str, directory: str):
     super().__init__(f'Checkpoint {step} in {directory} is corrupt: {reason}.')
-    self.step = step
-    self.reason = reason
+    self.step, self.reason = step, reason
 
 
 class NoIntactCheckpointError(CheckpointError):
@@ -97,37 +79,23 @@ class CheckpointSaveError(CheckpointError):
 
 
 def _sha256(path: str) -> str:
-  h = hashlib.sha256()
   with open(path, 'rb') as f:
-    for block in iter(lambda: f.read(1 << 20), b''):
-      h.update(block)
-  return h.hexdigest()
-
-
-def _files(step_dir: str) -> list[str]:
-  """Paths (relative, sorted) of the files of a step directory, the manifest excluded."""
-  out = []
-  for root, _, names in os.walk(step_dir):
-    for name in names:
-      rel = os.path.relpath(os.path.join(root, name), step_dir)
-      if rel != MANIFEST_FILE and not rel.startswith(MANIFEST_FILE + '.tmp'):
-        out.append(rel)
-  return sorted(out)
+    return hashlib.file_digest(f, 'sha256').hexdigest()
 
 
 def write_manifest(step_dir: str) -> None:
   """Writes the size and SHA-256 of every file of a complete step directory (atomically)."""
+  rels = sorted(os.path.relpath(os.path.join(root, name), step_dir)
+                for root, _, names in os.walk(step_dir) for name in names)
   files = {rel: {'size': os.path.getsize(os.path.join(step_dir, rel)),
-                 'sha256': _sha256(os.path.join(step_dir, rel))} for rel in _files(step_dir)}
+                 'sha256': _sha256(os.path.join(step_dir, rel))}
+           for rel in rels if rel != MANIFEST_FILE and not rel.startswith(MANIFEST_FILE + '.tmp')}
   storage.write_json(os.path.join(step_dir, MANIFEST_FILE), {'version': 1, 'files': files})
 
 
 def verify(step_dir: str, *, full: bool = True) -> str | None:
-  """Why a step directory is not intact, or None if it is (or has no manifest to check against).
-
-  ``full=False`` checks that every file exists with its size and hashes only small files
-  (metadata); ``full=True`` hashes every file.
-  """
+  """Why a step directory is not intact, or None if it is or has no manifest (a save killed before
+  it; restoring checks it). ``full=False`` hashes only small files and checks the others' sizes."""
   if not os.path.isdir(step_dir):
     return 'its directory is missing'
   path = os.path.join(step_dir, MANIFEST_FILE)
@@ -159,13 +127,8 @@ def _shapes(tree: Any) -> dict[str, tuple[tuple[int, ...], str]]:
 
 
 class Checkpointer:
-  """Saves and restores a train state in ``workdir/checkpoints``.
-
-  Args:
-    workdir: the run's workdir.
-    keep: the most recent checkpoints kept (plus the best by validation accuracy).
-    read_only: never change anything on disk (evaluation, possibly of a running workdir).
-  """
+  """A train state in ``workdir/checkpoints``: the latest ``keep`` plus the best by validation
+  accuracy. ``read_only`` never changes the disk (evaluation, possibly of a running workdir)."""
 
   def __init__(self, workdir: str, keep: int, *, read_only: bool = False):
     self.workdir = os.path.abspath(workdir)
@@ -174,11 +137,10 @@ class Checkpointer:
     self.skipped: dict[int, str] = {}  # corrupt steps found (and, unless read_only, moved away)
     self._unverified: list[int] = []  # saved, manifest not written yet
     self._save_error: Exception | None = None
+    best = policies.BestN(get_metric_fn=lambda m: m['accuracy'], n=1,
+                          keep_checkpoints_without_metrics=False)
     options = ocp.CheckpointManagerOptions(
-        preservation_policy=policies.AnyPreservationPolicy([
-            policies.LatestN(keep),
-            policies.BestN(get_metric_fn=lambda m: m['accuracy'], n=1,
-                           keep_checkpoints_without_metrics=False)]),
+        preservation_policy=policies.AnyPreservationPolicy([policies.LatestN(keep), best]),
         best_fn=lambda m: m['accuracy'], best_mode='max', cleanup_tmp_directories=not read_only,
         read_only=read_only, create=not read_only)
     self.manager = ocp.CheckpointManager(self.directory, options=options)
@@ -205,25 +167,20 @@ class Checkpointer:
     return sorted(accuracy, key=lambda s: (accuracy[s] is not None, accuracy[s] or 0.0, s),
                   reverse=True)
 
-  # ------------------------------------------------------------------ saving
   def _save_failed(self, step: int | None, e: Exception) -> CheckpointSaveError:
     self._save_error = e
-    intact = [s for s in self.all_steps() if s != step and verify(self.step_dir(s), full=False)
-              is None]
+    intact = [s for s in self.all_steps() if s != step and not verify(self.step_dir(s), full=False)]
     what = f'the checkpoint of step {step}' if step is not None else 'a checkpoint'
     return CheckpointSaveError(
         f'Could not write {what} in {self.directory}: {type(e).__name__}: '
         f'{" ".join(str(e).split())[:500]}. This is usually a full disk, a quota or a read-only '
-        f'filesystem: free space (or fix the permissions) and rerun the same command, which '
-        f'resumes from the newest intact checkpoint ({intact[-1] if intact else "none yet"}). '
-        'The earlier checkpoints were not changed.')
+        'filesystem: free space (or fix the permissions) and rerun the same command, which resumes '
+        f'from the newest intact checkpoint ({intact[-1] if intact else "none yet"}). The earlier '
+        'checkpoints were not changed.')
 
   def save(self, step: int, state: Any, accuracy: float | None = None) -> None:
     """Saves asynchronously; ``accuracy`` (mean validation accuracy) ranks the best checkpoint.
-
-    Raises:
-      CheckpointSaveError: if this save or the previous (asynchronous) one failed to write.
-    """
+    CheckpointSaveError if this save or the previous (asynchronous) one failed to write."""
     metrics = None if accuracy is None else {'accuracy': float(accuracy)}
     self.wait()  # the previous save, then its manifest
     try:
@@ -257,7 +214,6 @@ class Checkpointer:
         if self._save_error is None:
           raise
 
-  # ------------------------------------------------------------------ restoring
   def check_compatible(self, step: int, abstract_state: Any) -> None:
     """Raises CheckpointMismatchError naming the arrays whose shapes differ from the config's."""
     try:
@@ -282,27 +238,19 @@ class Checkpointer:
           'trained with (see config.json in the workdir), or a new --workdir.')
 
   def restore(self, step: int, abstract_state: Any) -> Any:
-    """Restores onto the shardings given by ``abstract_state`` (jax.ShapeDtypeStruct leaves).
-
-    Raises:
-      CheckpointError: there is no checkpoint of this step.
-      CorruptCheckpointError: it does not match its manifest, or orbax cannot read it.
-      CheckpointMismatchError: it was written by a config with other array shapes.
-    """
+    """Restores onto the shardings given by ``abstract_state`` (jax.ShapeDtypeStruct leaves)."""
     if step not in self.all_steps():
       raise CheckpointError(f'There is no checkpoint of step {step} in {self.directory}; '
                             f'available: {self.all_steps() or "none"}.')
-    reason = verify(self.step_dir(step), full=True)
-    if reason:
+    if reason := verify(self.step_dir(step), full=True):
       raise CorruptCheckpointError(step, reason, self.directory)
     self.check_compatible(step, abstract_state)
     try:
       restored = self.manager.restore(
           step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state)))
     except Exception as e:  # pylint: disable=broad-except
-      raise CorruptCheckpointError(
-          step, f'orbax cannot read it ({type(e).__name__}: {" ".join(str(e).split())[:300]})',
-          self.directory) from e
+      raise CorruptCheckpointError(step, f'orbax cannot read it ({type(e).__name__}: '
+                                   f'{" ".join(str(e).split())[:300]})', self.directory) from e
     return restored[STATE_ITEM]
 
   def restore_first_intact(self, steps: list[int], abstract_state: Any) -> tuple[int, Any]:
@@ -323,21 +271,14 @@ class Checkpointer:
 
   def restore_latest(self, abstract_state: Any) -> tuple[int, Any]:
     """(step, state) of the newest intact checkpoint, or (0, None) when there is none at all.
-
-    Corrupt checkpoints (the newer ones, and older ones whose files fail the quick check) are
-    moved to ``workdir/checkpoints_corrupt/``, so their steps can be saved again.
-
-    Raises:
-      NoIntactCheckpointError: there are checkpoints, but none is intact (nothing is moved).
-      CheckpointMismatchError: the newest checkpoint was written by an incompatible config.
-    """
+    Corrupt ones (newer, or older failing the quick check) are moved to ``checkpoints_corrupt/``
+    so their steps can be saved again; with none intact nothing is moved."""
     steps = self.all_steps()
     if not steps:
       return 0, None
     found, state = self.restore_first_intact(steps[::-1], abstract_state)
     for step in steps[:steps.index(found)]:  # older ones: read when saving resumes
-      reason = verify(self.step_dir(step), full=False)
-      if reason:
+      if reason := verify(self.step_dir(step), full=False):
         self.skipped[step] = reason
     if self.skipped:
       self._set_aside()
@@ -362,17 +303,13 @@ class Checkpointer:
     self.manager.reload()
 
 
-# ------------------------------------------------------------------ converted HF checkpoints
-CONVERTED_PARAMS = 'params'
+CONVERTED_PARAMS = 'params'  # converted Hugging Face checkpoints
 CONVERTED_METADATA = 'hf_conversion.json'
 
 
 def save_converted(result: hf.HFRoFormer, directory: str, *, source: str = '') -> None:
-  """Writes ``directory/params`` (orbax, the pure params dict) and ``hf_conversion.json``.
-
-  The JSON holds the ModelConfig fields, the config overrides, ``has_head``, ``unused_keys``
-  and ``source``; ``load_converted`` reads both back. Overwrites an existing conversion.
-  """
+  """Writes ``directory/params`` (orbax, the pure params dict) and ``hf_conversion.json`` (the
+  ModelConfig and the rest of ``result``, and ``source``), overwriting an existing conversion."""
   directory = os.path.abspath(directory)
   os.makedirs(directory, exist_ok=True)
   with ocp.StandardCheckpointer() as checkpointer:

@@ -1,17 +1,11 @@
 """Multi-host start-up: ``jax.distributed.initialize`` from flags or the environment.
 
-Every entry point calls ``define_flags()`` at import and ``initialize_from_flags()`` first thing
-in ``main`` (before any JAX computation). With ``--distributed=auto`` (the default) the JAX
-distributed runtime starts when
-
-  * ``--coordinator_address`` (or ``JAX_COORDINATOR_ADDRESS``) is given: several GPU hosts or
-    CPU processes, with ``--num_processes`` and ``--process_id`` on each; or
-  * the environment shows a launcher JAX configures itself from (Cloud TPU VMs and pod slices,
-    GKE, SLURM, Open MPI; ``_cluster_detected``): the same command on every worker, nothing
-    else to set.
-
-Otherwise the run is single-process. ``--heartbeat_timeout_s`` bounds how long the surviving
-processes wait for a lost one before failing with an error instead of hanging.
+Entry points call ``define_flags()`` at import and ``initialize_from_flags()`` first in ``main``
+(before any JAX computation). With ``--distributed=auto`` the runtime starts when
+``--coordinator_address`` (or ``JAX_COORDINATOR_ADDRESS``) is given, with ``--num_processes``
+and ``--process_id``, or when a launcher JAX configures itself from is detected (Cloud TPU, GKE,
+SLURM, Open MPI: the same command on every worker). ``--heartbeat_timeout_s`` bounds how long the
+surviving processes wait for a lost one before failing with an error instead of hanging.
 """
 
 from __future__ import annotations
@@ -40,10 +34,9 @@ def define_flags() -> None:
 
 
 def _cluster_detected() -> bool:
-  """Whether this process was started by a multi-process launcher that JAX's
-  ``jax.distributed.initialize()`` configures itself from, read from the environment: SLURM or
-  Open MPI with more than one task, a multi-host TPU slice on GKE or queued resources (the worker
-  host list), or a Cloud TPU VM (its TPU devices; JAX asks the VM's metadata for the rest)."""
+  """Whether a launcher ``jax.distributed.initialize()`` configures itself from started this
+  process: SLURM or Open MPI with several tasks, a multi-host TPU slice, or a Cloud TPU VM (its
+  devices; JAX asks the VM's metadata for the rest)."""
   env = os.environ
   if all(k in env for k in ('SLURM_JOB_ID', 'SLURM_STEP_NODELIST', 'SLURM_NTASKS',
                             'SLURM_PROCID', 'SLURM_LOCALID')):

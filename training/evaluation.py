@@ -46,23 +46,10 @@ def parse_checkpoint(text: str) -> str | int:
 
 def evaluate_workdir(workdir: str, *, checkpoint: str = 'best', split: str = 'test',
                      eval_lengths: Sequence[int] = ()) -> dict[str, Any]:
-  """Loads the config and a checkpoint of ``workdir`` and evaluates it.
-
-  Nothing in the workdir is changed except ``eval.json`` (a corrupt checkpoint is skipped, not
-  moved), so a running workdir can be evaluated.
-
-  Args:
-    workdir: a train.py workdir.
-    checkpoint: 'best' (by validation accuracy), 'latest', or a step number.
-    split: the split evaluated at the training length.
-    eval_lengths: extra lengths; each uses the dataset's split for that length (the probes'
-      extrapolation splits, or ``split`` truncated/padded there for text datasets).
-  Returns:
-    A dict (also written to ``workdir/eval.json``) with per-seed accuracies.
-  Raises:
-    ValueError, FileNotFoundError, checkpoints.CheckpointError: with a message naming the
-      problem and the fix, before anything is compiled where possible.
-  """
+  """Evaluates a checkpoint ('best' by validation accuracy, 'latest' or a step) of ``workdir``:
+  ``split`` at the training length, then each of ``eval_lengths`` on the dataset's split for
+  that length. Returns per-seed accuracies, also written to ``eval.json``, the only change to the
+  workdir (a corrupt checkpoint is skipped, not moved), so a running workdir can be evaluated."""
   workdir = os.path.abspath(os.path.expanduser(workdir))
   which = parse_checkpoint(checkpoint)
   config = validation.load_config(workdir)
@@ -91,15 +78,13 @@ def _check_lengths(config: ml_collections.ConfigDict, eval_lengths: Sequence[int
     raise ValueError(f'This model (model.position=learned) has position embeddings for '
                      f'{config.model.max_length} tokens (model.max_length), so it cannot be '
                      f'evaluated at {", ".join(map(str, too_long))}. Evaluate at lengths <= '
-                     f'{config.model.max_length}, or train with a larger '
-                     '--config.model.max_length; schemes without a length limit (e.g. rotary, '
-                     'alibi) extrapolate.')
+                     f'{config.model.max_length}, or train with a larger --config.model.max_length;'
+                     ' schemes without a length limit (e.g. rotary, alibi) extrapolate.')
 
 
 def _check_checkpoint(ckpt: checkpoints.Checkpointer, which: str | int, workdir: str,
                       config: ml_collections.ConfigDict) -> None:
-  steps = ckpt.all_steps()
-  if not steps:
+  if not (steps := ckpt.all_steps()):
     raise FileNotFoundError(f'No checkpoint in {workdir!r} yet: train first (train.py '
                             f'--workdir={workdir}), or wait for its first checkpoint '
                             f'(train.checkpoint_every={config.train.checkpoint_every} steps).')
@@ -110,10 +95,9 @@ def _check_checkpoint(ckpt: checkpoints.Checkpointer, which: str | int, workdir:
 
 def _splits(exp: Experiment, split: str, eval_lengths: Sequence[int]) -> list[tuple[str, int]]:
   """(split, length) pairs: ``split`` at the training length, then one per extra length."""
-  valid_splits = list(exp.info.eval_splits)
-  if split not in valid_splits:
+  if split not in exp.info.eval_splits:
     raise ValueError(f'--split={split!r} is not a split of {exp.info.name}; valid: '
-                     f'{", ".join(valid_splits)}.')
+                     f'{", ".join(exp.info.eval_splits)}.')
   splits = [(split, exp.info.train_length)]
   for length in eval_lengths:
     try:

@@ -113,11 +113,8 @@ class Experiment:
 
   def evaluate_lengths(self, params, splits: Iterable[tuple[str, int]]
                        ) -> dict[str, dict[str, Any]]:
-    """Evaluates (split, length) pairs; a scheme that cannot run at a length says so.
-
-    Results are keyed by the split name, or ``split@length`` when the length is not the
-    split's natural one (text datasets evaluated at several lengths).
-    """
+    """Evaluates (split, length) pairs, keyed ``split`` (or ``split@length`` off the split's
+    natural length); a scheme that cannot run at a length says so."""
     results = {}
     for split, length in splits:
       key = split if self.info.eval_splits.get(split) == length else f'{split}@{length}'

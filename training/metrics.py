@@ -1,11 +1,7 @@
-"""Metrics of a run, written by process 0 only, through clu's metric writers.
-
-  * ``metrics.jsonl`` in the workdir: one JSON record per (step, seed). It holds only
-    deterministic numbers (losses, accuracies, learning rate, gradient norm), so a run that was
-    killed and resumed writes exactly the same file as one that was not.
-  * TensorBoard scalars under ``workdir/tb/seed_<seed>`` (clu's ``SummaryWriter``), plus
-    clu ``ReportProgress``'s steps/s.
-  * Progress lines on stdout: the mean over seeds, with steps/s and the ETA.
+"""Metrics of a run, written by process 0 only, through clu's metric writers: ``metrics.jsonl``
+(one record per step and seed, deterministic numbers only, so a killed and resumed run writes
+exactly the file an uninterrupted one does), TensorBoard scalars under ``workdir/tb/seed_<seed>``
+with clu ``ReportProgress``'s steps/s, and progress lines on stdout (mean over seeds, ETA).
 """
 
 from __future__ import annotations
@@ -81,7 +77,8 @@ class ConsoleWriter(metric_writers.LoggingWriter):
     text = '  '.join(f'{k} {np.mean(v):.4g}' for k, v in scalars.items())
     if self.rates and any(k.startswith('train/') for k in scalars):
       eta = int((self.num_steps - step) / max(self.rates[-1], 1e-9))
-      text += f'  {self.rates[-1]:.2f} steps/s  ETA {eta // 3600}:{eta % 3600 // 60:02d}:{eta % 60:02d}'
+      text += (f'  {self.rates[-1]:.2f} steps/s  '
+               f'ETA {eta // 3600}:{eta % 3600 // 60:02d}:{eta % 60:02d}')
     console(f'step {step}/{self.num_steps}  {text}')
 
 

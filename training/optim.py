@@ -15,34 +15,27 @@ def learning_rate_schedule(optim: ml_collections.ConfigDict, num_updates: int) -
     raise ValueError(f'Unknown optim.schedule {optim.schedule!r}; valid choices: '
                      f'{", ".join(SCHEDULES)}.')
   peak, warmup = optim.learning_rate, optim.warmup_steps
-  end = peak * optim.end_lr_factor
   decay_steps = max(num_updates - warmup, 1)
   if optim.schedule == 'cosine':
     decay = optax.cosine_decay_schedule(peak, decay_steps, alpha=optim.end_lr_factor)
   elif optim.schedule == 'linear':
-    decay = optax.linear_schedule(peak, end, decay_steps)
+    decay = optax.linear_schedule(peak, peak * optim.end_lr_factor, decay_steps)
   else:
     decay = optax.constant_schedule(peak)
-  if warmup == 0:
-    return decay
-  return optax.join_schedules([optax.linear_schedule(0.0, peak, warmup), decay], [warmup])
+  return decay if warmup == 0 else optax.join_schedules(
+      [optax.linear_schedule(0.0, peak, warmup), decay], [warmup])
 
 
 def decay_mask(params):
   """True for the weights that get weight decay: dense kernels, not biases/LayerNorm/embeddings."""
-
-  def wants_decay(path, _):  # embeddings are 'embedding', position tables '*_table'
-    return getattr(path[-1], 'key', None) == 'kernel'
-
-  return jax.tree_util.tree_map_with_path(wants_decay, params)
+  return jax.tree_util.tree_map_with_path(  # embeddings are 'embedding', position tables '*_table'
+      lambda path, _: getattr(path[-1], 'key', None) == 'kernel', params)
 
 
 def make_optimizer(optim: ml_collections.ConfigDict,
                    num_updates: int) -> tuple[optax.GradientTransformation, optax.Schedule]:
-  """AdamW (+ clipping, + ``optax.MultiSteps`` accumulation) and its learning-rate schedule.
-
-  ``num_updates`` counts optimizer updates (train steps / grad_accum_steps).
-  """
+  """AdamW (+ clipping, + ``optax.MultiSteps`` accumulation) and its learning-rate schedule over
+  ``num_updates`` optimizer updates (train steps / grad_accum_steps)."""
   schedule = learning_rate_schedule(optim, num_updates)
   tx = optax.adamw(schedule, b1=optim.b1, b2=optim.b2, eps=optim.eps,
                    weight_decay=optim.weight_decay, mask=decay_mask)

@@ -1,25 +1,18 @@
 """The device mesh and the one table that maps logical axis names to mesh axes.
 
-Model code names logical axes (``batch``, ``length``, ``embed``, ``heads``, ``kv``, ``mlp``,
-``vocab``, ``classes``; see ``models/sharding.py``); only this file knows the mesh axes:
-
-  ``data``    data parallelism: the batch is split, parameters are replicated;
-  ``fsdp``    fully sharded data parallelism: the batch is split *and* parameters and optimizer
-              state are sharded over their ``embed`` dimension (gathered per layer by XLA);
-  ``tensor``  tensor (model) parallelism: attention heads, MLP hidden units and the vocabulary
-              are split.
-
-``LOGICAL_RULES`` is the default mapping; ``mesh.rules`` in the config overrides entries, e.g.
-``--config.mesh.rules='vocab=,embed=fsdp+tensor'`` (an empty right-hand side replicates). A
-parameter dimension that a mesh axis does not divide is replicated instead (and logged).
-
+Model code names logical axes (``models/sharding.py``); only this file knows the mesh axes:
+``data`` splits the batch (parameters replicated); ``fsdp`` splits the batch *and* shards
+parameters and optimizer state over their ``embed`` dimension (gathered per layer by XLA);
+``tensor`` splits attention heads, MLP hidden units and the vocabulary. ``mesh.rules`` overrides
+entries of ``LOGICAL_RULES``, e.g. ``--config.mesh.rules='vocab=,embed=fsdp+tensor'`` (an empty
+right-hand side replicates); a parameter dimension its mesh axes do not divide is replicated.
 On multi-slice TPU, ``mesh.dcn_<axis>`` sizes split an axis across slices (data-centre network)
-and ``mesh.<axis>`` sizes within a slice (ICI); the total size of an axis is their product. On
-GPU hosts and CPU processes the DCN factors split across processes.
+and ``mesh.<axis>`` sizes within a slice (ICI); an axis's total size is their product.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any, Sequence
 
@@ -39,15 +32,8 @@ BATCH_AXES = ('data', 'fsdp')  # the batch is split over both data-parallel axes
 
 # Logical axis -> mesh axes. Every logical name of models/sharding.py has an entry.
 LOGICAL_RULES: tuple[tuple[str, Any], ...] = (
-    ('batch', BATCH_AXES),
-    ('length', None),
-    ('embed', 'fsdp'),
-    ('heads', 'tensor'),
-    ('kv', None),
-    ('mlp', 'tensor'),
-    ('vocab', 'tensor'),
-    ('classes', None),
-)
+    ('batch', BATCH_AXES), ('length', None), ('embed', 'fsdp'), ('heads', 'tensor'),
+    ('kv', None), ('mlp', 'tensor'), ('vocab', 'tensor'), ('classes', None))
 assert {name for name, _ in LOGICAL_RULES} == set(model_sharding.LOGICAL_AXES)
 
 
@@ -61,8 +47,7 @@ def logical_rules(mesh_config: ml_collections.ConfigDict) -> tuple[tuple[str, An
       raise ValueError(f'mesh.rules entry {item!r} must be <logical>=<mesh axes>, with <logical> '
                        f'one of {", ".join(rules)} and mesh axes from {", ".join(MESH_AXES)} '
                        "joined by '+' (empty = replicated).")
-    unknown = [a for a in axes if a not in MESH_AXES]
-    if unknown:
+    if unknown := [a for a in axes if a not in MESH_AXES]:
       raise ValueError(f'mesh.rules entry {item!r} names unknown mesh axes {unknown}; valid: '
                        f'{", ".join(MESH_AXES)}.')
     rules[name] = None if not axes else axes[0] if len(axes) == 1 else axes
@@ -74,10 +59,8 @@ def _sizes(mesh_config: ml_collections.ConfigDict, prefix: str) -> list[int]:
 
 
 def mesh_shape(mesh_config: ml_collections.ConfigDict, num_devices: int) -> tuple[int, ...]:
-  """Resolves the within-slice (data, fsdp, tensor) sizes; one may be -1 to fill the devices.
-
-  ``num_devices`` is the number of devices per slice (all devices when there is one slice).
-  """
+  """The within-slice (data, fsdp, tensor) sizes over ``num_devices`` (per slice); one may be -1
+  to fill the devices."""
   sizes = _sizes(mesh_config, '')
   if sizes.count(-1) > 1 or any(s == 0 or s < -1 for s in sizes):
     raise ValueError(f'mesh sizes {dict(zip(MESH_AXES, sizes))} are invalid: use positive '
@@ -122,18 +105,13 @@ def make_mesh(mesh_config: ml_collections.ConfigDict,
 
 def fit_to_devices(mesh_config: ml_collections.ConfigDict,
                    num_devices: int | None = None) -> ml_collections.ConfigDict:
-  """``mesh_config`` if it fits the devices, else pure data parallelism over all of them.
-
-  For evaluating a checkpoint on other hardware than it was trained on (orbax restores onto any
-  mesh): a run saved on a (2, 4, 1) mesh of 8 devices is evaluated on 1 CPU device.
-  """
+  """``mesh_config`` if it fits the devices, else pure data parallelism over all of them: for
+  evaluating a checkpoint on other hardware (orbax restores onto any mesh)."""
   num_devices = jax.device_count() if num_devices is None else num_devices
-  try:
+  with contextlib.suppress(ValueError):  # mesh_shape raises if the mesh does not fit
     mesh_shape(mesh_config, num_devices // math.prod(_sizes(mesh_config, 'dcn_')))
     if num_devices % math.prod(_sizes(mesh_config, 'dcn_')) == 0:
       return mesh_config
-  except ValueError:
-    pass
   fitted = ml_collections.ConfigDict(mesh_config.to_dict())
   fitted.update(data=-1, fsdp=1, tensor=1, dcn_data=1, dcn_fsdp=1, dcn_tensor=1)
   logging.warning('The mesh %s does not fit the %d devices; using %s.',
@@ -155,12 +133,9 @@ def replicated(mesh: Mesh) -> NamedSharding:
 
 
 def process_rows(mesh: Mesh, global_batch_size: int) -> tuple[int, int]:
-  """(shard index, shard count): this process feeds rows ``[i * B / n, (i + 1) * B / n)``.
-
-  Derived from the devices this process holds, so processes whose devices hold the same rows
-  (e.g. a tensor axis that spans hosts) load the same examples, as
-  ``jax.make_array_from_process_local_data`` expects.
-  """
+  """(shard index i, shard count n): this process feeds rows ``[i * B / n, (i + 1) * B / n)``,
+  from the devices it holds, so processes whose devices hold the same rows (e.g. a tensor axis
+  spanning hosts) load the same examples, as ``jax.make_array_from_process_local_data`` expects."""
   index_map = batch_sharding(mesh).addressable_devices_indices_map((global_batch_size,))
   starts = sorted({idx[0].start or 0 for idx in index_map.values()})
   stops = sorted({global_batch_size if idx[0].stop is None else idx[0].stop
@@ -176,12 +151,8 @@ def process_rows(mesh: Mesh, global_batch_size: int) -> tuple[int, int]:
 
 def param_specs(abstract_params: nnx.State, mesh: Mesh,
                 rules: Sequence[tuple[str, Any]]) -> dict[str, Any]:
-  """PartitionSpecs of the parameters, as the pure nested dict ``nnx.to_pure_dict`` makes.
-
-  ``nnx.get_partition_spec`` maps each parameter's logical names (its ``out_sharding``) through
-  ``rules``; a mesh axis is then used once per parameter (``distinct_axes``), and a dimension
-  that its mesh axes do not divide is replicated (and logged).
-  """
+  """PartitionSpecs of the parameters (a pure nested dict) from their logical names; a mesh axis
+  is used once per parameter, and a dimension its mesh axes do not divide is replicated."""
   with nnx.logical_axis_rules(rules):
     specs = nnx.to_pure_dict(nnx.get_partition_spec(abstract_params))
   shapes = nnx.to_pure_dict(abstract_params)
@@ -201,14 +172,11 @@ def param_specs(abstract_params: nnx.State, mesh: Mesh,
 
 def state_shardings(abstract_state: Any, abstract_params: nnx.State, tx: Any, mesh: Mesh,
                     rules: Sequence[tuple[str, Any]]) -> Any:
-  """NamedShardings of a ``TrainState`` whose arrays have a leading (replicated) seed axis.
-
-  Parameters follow their logical names; optimizer moments follow their parameters
-  (``optax.tree_map_params``); counters, keys and anything else are replicated.
-  """
-  specs = jax.tree.map(lambda s: P(None, *s), param_specs(abstract_params, mesh, rules),
-                       is_leaf=lambda x: isinstance(x, P))
+  """NamedShardings of a ``TrainState`` whose arrays have a leading (replicated) seed axis;
+  optimizer moments follow their parameters, counters, keys and anything else are replicated."""
   is_spec = lambda x: isinstance(x, P)
+  specs = jax.tree.map(lambda s: P(None, *s), param_specs(abstract_params, mesh, rules),
+                       is_leaf=is_spec)
   opt_specs = optax.tree_map_params(tx, lambda _, s: s, abstract_state.opt_state, specs,
                                     transform_non_params=lambda _: P(), is_leaf=is_spec)
   state_specs = abstract_state.replace(

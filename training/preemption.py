@@ -1,9 +1,8 @@
 """Preemption notices (SIGTERM): every process agrees on one step, saves there and exits 0.
 
-With several processes (the JAX distributed runtime), the notice that any process receives is
-propagated to all of them by JAX's preemption sync manager, which picks the same step for all
-(``multihost_utils.reached_preemption_sync_point``; the runtime installs the SIGTERM handler).
-A single process installs its own SIGTERM handler and stops at the next step.
+With several processes, JAX's preemption sync manager (the runtime installs the SIGTERM handler)
+propagates a notice to all and picks the same step (``reached_preemption_sync_point``); a single
+process installs its own SIGTERM handler and stops at the next step.
 """
 
 from __future__ import annotations
@@ -25,11 +24,8 @@ class Preempted(SystemExit):
 
 
 class Watcher:
-  """``reached(step)`` is True at the step where all processes save and stop.
-
-  Call it at every step, on every process. Use as a context manager, which restores the previous
-  SIGTERM handler on exit.
-  """
+  """``reached(step)``, called at every step on every process, is True where all save and stop.
+  On leaving the context, the previous SIGTERM handler is restored."""
 
   def __init__(self):
     self._multihost = jax.process_count() > 1
@@ -46,8 +42,7 @@ class Watcher:
       signal.signal(signal.SIGTERM, self._previous)
       self._previous = None
 
-  def _on_signal(self, signum, frame) -> None:
-    del frame
+  def _on_signal(self, signum, _frame) -> None:
     logging.warning('Received signal %d: saving a checkpoint at the next step.', signum)
     self._received.set()
 

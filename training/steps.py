@@ -1,15 +1,11 @@
-"""The pure train and eval steps.
+"""The pure train and eval steps, ``jax.vmap``-ed over a leading seed axis N.
 
-Every array in the train state has a leading seed axis N: ``N`` seeds of one configuration
-train together in one jitted step, ``jax.vmap``-ed over that axis (different init and dropout
-keys, shared batches). N = 1 is an ordinary run. The steps are pure functions
-``(state, batch) -> (state, metrics)``; ``make_train_step`` wraps them once in ``jax.jit`` with
-shardings and a donated state.
+N seeds of one configuration train together in one jitted step (different init and dropout
+keys, shared batches); N = 1 is an ordinary run.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 from typing import Any, Callable
 
@@ -19,6 +15,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+# inputs, positions and mask (true at real tokens) [B, L]; label and weight [B]
 Batch = dict[str, jax.Array]
 Params = Any
 
@@ -28,8 +25,7 @@ class TrainState(flax.struct.PyTreeNode):
 
   Attributes:
     step: int32 [N], train steps taken (identical across seeds).
-    params: the model parameters as a pure nested dict of [N, ...] arrays.
-    opt_state: the optax state.
+    params: the model parameters, a pure nested dict of [N, ...] arrays.
     key: uint32 [N, 2], each seed's base PRNG key; step t's dropout key is fold_in(key, t).
     skipped: int32 [N], updates skipped because the loss or gradients were not finite.
   """
@@ -39,11 +35,6 @@ class TrainState(flax.struct.PyTreeNode):
   opt_state: optax.OptState
   key: jax.Array
   skipped: jax.Array
-
-
-def model_inputs(batch: Batch) -> tuple[jax.Array, jax.Array, jax.Array]:
-  """inputs [B, L], positions [B, L] and the padding mask [B, L] (true at real tokens)."""
-  return batch['inputs'], batch['positions'], batch['mask']
 
 
 def loss_and_metrics(logits_BxC: jax.Array, batch: Batch) -> tuple[jax.Array, dict]:
@@ -65,7 +56,7 @@ def make_step_fns(train_graphdef: nnx.GraphDef, eval_graphdef: nnx.GraphDef,
 
   def train_step(state: TrainState, batch: Batch) -> tuple[TrainState, dict]:
     dropout_key = jax.random.fold_in(state.key, state.step)
-    inputs, positions, mask = model_inputs(batch)
+    inputs, positions, mask = batch['inputs'], batch['positions'], batch['mask']
 
     def loss_fn(params):
       model = nnx.merge(train_graphdef, params)
@@ -84,14 +75,12 @@ def make_step_fns(train_graphdef: nnx.GraphDef, eval_graphdef: nnx.GraphDef,
       keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)
       params, opt_state = keep(params, state.params), keep(opt_state, state.opt_state)
       skipped = skipped + (~finite).astype(jnp.int32)
-    new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state,
-                              skipped=skipped)
-    metrics = dict(sums, grad_norm=grad_norm, finite=finite,
-                   learning_rate=schedule(state.step // grad_accum_steps), skipped=skipped)
-    return new_state, metrics
+    return (state.replace(step=state.step + 1, params=params, opt_state=opt_state, skipped=skipped),
+            dict(sums, grad_norm=grad_norm, finite=finite,
+                 learning_rate=schedule(state.step // grad_accum_steps), skipped=skipped))
 
   def eval_step(params: Params, batch: Batch) -> dict:
-    inputs, positions, mask = model_inputs(batch)
+    inputs, positions, mask = batch['inputs'], batch['positions'], batch['mask']
     logits = nnx.merge(eval_graphdef, params)(inputs, positions, mask)
     return loss_and_metrics(logits, batch)[1]
 
@@ -100,11 +89,9 @@ def make_step_fns(train_graphdef: nnx.GraphDef, eval_graphdef: nnx.GraphDef,
 
 def jit_steps(train_step: Callable, eval_step: Callable, state_sharding, batch_sharding,
               replicated, rules):
-  """vmaps the steps over the seed axis (batches shared) and jits them once, state donated.
-
-  The returned callables run under the mesh and the logical-axis ``rules``, so the model's
-  activation annotations (``models.sharding.constrain``) become sharding constraints.
-  """
+  """vmaps the steps over the seed axis (batches shared) and jits them once, state donated; they
+  run under the mesh and the logical-axis ``rules``, so the model's activation annotations
+  (``models.sharding.constrain``) become sharding constraints."""
   train = jax.jit(jax.vmap(train_step, in_axes=(0, None)),
                   in_shardings=(state_sharding, batch_sharding),
                   out_shardings=(state_sharding, replicated), donate_argnums=0)
@@ -114,22 +101,12 @@ def jit_steps(train_step: Callable, eval_step: Callable, state_sharding, batch_s
   mesh = batch_sharding.mesh
 
   def in_mesh(fn):
-    def context():
-      stack = contextlib.ExitStack()
-      stack.enter_context(jax.set_mesh(mesh))
-      stack.enter_context(nnx.logical_axis_rules(rules))
-      return stack
+    def run(call, *args):
+      with jax.set_mesh(mesh), nnx.logical_axis_rules(rules):
+        return call(*args)
 
-    @functools.wraps(fn)
-    def wrapped(*args):
-      with context():
-        return fn(*args)
-
-    def lower(*args):
-      with context():
-        return fn.lower(*args)
-
-    wrapped.lower = lower
+    wrapped = functools.wraps(fn)(lambda *args: run(fn, *args))
+    wrapped.lower = lambda *args: run(fn.lower, *args)
     return wrapped
 
   return in_mesh(train), in_mesh(evaluate)

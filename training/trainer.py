@@ -1,9 +1,6 @@
-"""``train_and_evaluate(config, workdir)``: the whole training run, resumable from the workdir.
-
-It reads as three parts: ``_setup`` (validate, build, restore or initialise), ``_train`` (the
-loop: step, log, evaluate, checkpoint, preemption) and ``_summarize`` (the final evaluation on
-every split, written to ``summary.json``).
-"""
+"""``train_and_evaluate(config, workdir)``: the whole training run, resumable from the workdir,
+in three parts: ``_setup`` (build, restore or initialise), ``_train`` (step, log, evaluate,
+checkpoint, preemption) and ``_summarize`` (every split evaluated, ``summary.json``)."""
 
 from __future__ import annotations
 
@@ -36,9 +33,8 @@ class NonFiniteLossError(RuntimeError):
 
 
 def setup_runtime(config: ml_collections.ConfigDict, *, quiet: bool = True) -> None:
-  """Process-wide settings for the entry points: the persistent compilation cache (identical
-  shapes compile once, across processes and runs) and, with ``quiet``, no library INFO logs or
-  progress bars (TFDS, orbax), so the console shows this project's lines."""
+  """For the entry points: the persistent compilation cache and, with ``quiet``, no library
+  INFO logs or progress bars (TFDS, orbax)."""
   if quiet:
     logging.set_verbosity(logging.WARNING)
     tfds.disable_progress_bar()
@@ -50,7 +46,6 @@ def setup_runtime(config: ml_collections.ConfigDict, *, quiet: bool = True) -> N
 
 @dataclasses.dataclass
 class _Run:
-  """What the loop works with."""
 
   config: ml_collections.ConfigDict
   workdir: str
@@ -61,13 +56,9 @@ class _Run:
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
-  """Trains, evaluates periodically, checkpoints, resumes; returns the run summary.
-
-  The summary (also ``workdir/summary.json``) holds per-seed final validation accuracy and the
-  accuracy on every evaluation split (the probes' extrapolation splits included). The config
-  is validated before the workdir is touched; the workdir is locked for the run's duration: a
-  second run on it refuses to start.
-  """
+  """Trains, evaluates periodically, checkpoints, resumes; returns the run summary (also
+  ``summary.json``: per-seed accuracy on every evaluation split). The workdir is locked for the
+  run's duration: a second run on it refuses to start."""
   workdir = os.path.abspath(os.path.expanduser(workdir))
   mesh = validation.validate(config, workdir)
   os.makedirs(workdir, exist_ok=True)

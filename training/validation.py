@@ -1,8 +1,6 @@
-"""``validate(config, workdir)``: every check of a run's config, once, before anything heavy.
-
-No data is read, nothing is compiled and the workdir is not touched. Every message names the
-field and the fix. Resuming is part of it: a workdir whose saved config differs in a field that
-shapes the run is refused, naming the differing fields.
+"""``validate(config, workdir)``: every check of a run's config, once, before any data is read,
+anything is compiled or the workdir is touched. Every message names the field and the fix; a
+workdir whose saved config differs in a field that shapes the run is refused, naming the fields.
 """
 
 from __future__ import annotations
@@ -41,11 +39,7 @@ def model_config(config: ml_collections.ConfigDict, *, vocab_size: int,
 
 def validate(config: ml_collections.ConfigDict, workdir: str | None = None,
              devices: Sequence[jax.Device] | None = None) -> jax.sharding.Mesh:
-  """Checks a run's config (and its workdir, if given); returns the mesh over ``devices``.
-
-  Raises:
-    ValueError: naming the field and the fix.
-  """
+  """Checks a run's config (and its workdir, if given); returns the mesh over ``devices``."""
   check_run_fields(config)
   check_model(config)
   mesh = check_devices(config, devices)
@@ -95,8 +89,7 @@ def check_model(config: ml_collections.ConfigDict) -> models.ModelConfig:
 
 def check_devices(config: ml_collections.ConfigDict,
                   devices: Sequence[jax.Device] | None = None) -> jax.sharding.Mesh:
-  """Builds the mesh of ``config.mesh`` on ``devices`` (default: all) and checks the batch sizes
-  against it. Returns the mesh."""
+  """The mesh of ``config.mesh`` on ``devices`` (default: all), the batch sizes checked on it."""
   mesh = partitioning.make_mesh(config.mesh, devices)
   dp, processes = partitioning.data_parallel_size(mesh), jax.process_count()
   for name in ('batch_size', 'eval_batch_size'):

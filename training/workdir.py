@@ -1,10 +1,8 @@
 """Exclusive use of a workdir: a second run on the same workdir refuses to start.
 
-The lock is an advisory ``flock`` on ``workdir/lock`` (``lock.<process>`` for the other processes
-of a multi-host run). The kernel releases it when the holder exits in any way, kill -9 included,
-so a killed run never leaves a stale lock behind. The file records who holds it (host, pid,
-since when) for the message the second run prints. Network filesystems that do not support
-``flock`` across hosts do not protect against runs started on different hosts.
+An advisory ``flock`` on ``workdir/lock[.<process>]``, released by the kernel when the holder
+exits in any way (kill -9 included), so never stale; the file names the holder for the second
+run's message. Network filesystems without cross-host ``flock`` do not protect across hosts.
 """
 
 from __future__ import annotations
@@ -25,22 +23,15 @@ class WorkdirBusyError(RuntimeError):
 
 def holder(path: str) -> str:
   """Who holds the lock file at ``path``, as recorded in it ('' if unknown)."""
-  try:
-    with open(path) as f:
-      return ' '.join(f.read().split())[:200]
-  except OSError:
-    return ''
+  with contextlib.suppress(OSError), open(path) as f:
+    return ' '.join(f.read().split())[:200]
+  return ''
 
 
 @contextlib.contextmanager
 def lock(workdir: str, process_index: int = 0) -> Iterator[None]:
-  """Holds an exclusive advisory lock on ``workdir/lock[.<process>]`` for the block's duration.
-
-  Raises:
-    WorkdirBusyError: another process holds it (the message names that process).
-  """
-  name = LOCK_FILE if process_index == 0 else f'{LOCK_FILE}.{process_index}'
-  path = os.path.join(workdir, name)
+  """Holds the lock during the block; WorkdirBusyError naming the holder if another has it."""
+  path = os.path.join(workdir, LOCK_FILE if process_index == 0 else f'{LOCK_FILE}.{process_index}')
   fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
   try:
     try:
@@ -48,10 +39,9 @@ def lock(workdir: str, process_index: int = 0) -> Iterator[None]:
     except BlockingIOError:
       who = holder(path)
       raise WorkdirBusyError(
-          f'Another run is using the workdir {workdir}'
-          f'{f" ({who})" if who else ""}; two runs on one workdir would overwrite each '
-          'other\'s checkpoints and metrics. Wait for it to finish or stop it, or use a '
-          'different --workdir.') from None
+          f'Another run is using the workdir {workdir}{f" ({who})" if who else ""}; two runs on '
+          "one workdir would overwrite each other's checkpoints and metrics. Wait for it to "
+          'finish or stop it, or use a different --workdir.') from None
     os.ftruncate(fd, 0)
     os.write(fd, f'pid {os.getpid()} on host {socket.gethostname()}, since '
                  f'{time.strftime("%Y-%m-%d %H:%M:%S")}\n'.encode())

@@ -6,21 +6,17 @@ text config (4 layers, 256 wide, 4 heads, MLP 1024, CLS pooling, batch 32). Need
       --config.data.data_dir=/path/to/tensorflow_datasets
 """
 
-from configs.ablation import probes
+from configs.ablation import glue_news
 
 
 def get_config():
-  c = probes.get_config()
+  c = glue_news.get_config()  # the `small` preset on real text
   c.ablation.datasets = 'imdb_reviews'
   c.ablation.max_lengths = '1000,4000'
-  c.model.size = 'small'
-  c.model.init_std = 0.02  # BERT init at this width.
-  c.model.dropout_rate = 0.1  # Real text, many epochs.
   c.model.pooling = 'cls'
   c.train.batch_size = 32
   c.train.num_steps = 20000
   c.train.eval_every = 2000
   c.train.checkpoint_every = 2000
-  c.optim.learning_rate = 5e-4
   c.optim.warmup_steps = 1000
   return c
