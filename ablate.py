@@ -3,7 +3,8 @@ plots) into the workdir.
 
   python ablate.py --config=configs/ablation/probes.py --workdir=runs/probes
 
-Finished runs are skipped, so rerunning the same command resumes an interrupted sweep;
+Finished runs are skipped, so rerunning the same command resumes an interrupted sweep (a finished
+run made with another config or data is an error, or with --fresh is moved aside and rerun);
 --only=... runs a slice (glob patterns over run names, or i:j); --report_only rebuilds the
 report from finished runs without training. A bad config or argument ends with status 2 and one
 paragraph naming the problem and the fix (experiments/cli.py), before any run starts.
@@ -28,6 +29,8 @@ flags.DEFINE_string('workdir', None, 'Directory for all runs and the report.', r
 flags.DEFINE_string('only', '', "Run only these cells: glob patterns ('*/rotary,*/alibi') or "
                     "a slice ('0:7').")
 flags.DEFINE_bool('report_only', False, 'Rebuild the report from finished runs; no training.')
+flags.DEFINE_bool('fresh', False, 'Train again the finished runs whose config or data changed '
+                  '(their folders are moved aside to <run>.stale-N); without it they are an error.')
 distributed.define_flags()
 
 
@@ -41,7 +44,8 @@ def main(argv):
     print(ablation.build_report(FLAGS.config, FLAGS.workdir, cells, command=command))
     return
   trainer.setup_runtime(FLAGS.config, quiet=not FLAGS['verbosity'].present)
-  print(ablation.run_grid(FLAGS.config, FLAGS.workdir, cells, command=command))
+  print(ablation.run_grid(FLAGS.config, FLAGS.workdir, cells, command=command,
+                          fresh=FLAGS.fresh))
 
 
 if __name__ == '__main__':

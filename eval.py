@@ -3,7 +3,8 @@
   python eval.py --workdir=/tmp/run --eval_lengths=128,256
 
 A bad argument or workdir ends with status 2 and one paragraph naming the problem and the fix
-(experiments/cli.py); nothing in the workdir is changed except ``eval.json``.
+(experiments/cli.py). The results are printed, then written to ``eval.json`` in the workdir (or
+``--output``): the only file written, so a read-only or running workdir can be evaluated.
 """
 
 from absl import app
@@ -19,6 +20,7 @@ flags.DEFINE_string('workdir', None, 'The train.py workdir to evaluate.', requir
 flags.DEFINE_string('checkpoint', 'best', "'best' (validation accuracy), 'latest' or a step.")
 flags.DEFINE_string('split', 'test', 'Split evaluated at the training length.')
 flags.DEFINE_string('eval_lengths', '', 'Comma-separated lengths to evaluate at, e.g. 128,256.')
+flags.DEFINE_string('output', None, 'Where to write the results (default: WORKDIR/eval.json).')
 distributed.define_flags()
 
 
@@ -31,7 +33,8 @@ def main(argv):
     logging.set_verbosity(logging.WARNING)  # library INFO logs (TFDS, orbax) off
   results = evaluation.evaluate_workdir(
       FLAGS.workdir, checkpoint=FLAGS.checkpoint, split=FLAGS.split, eval_lengths=lengths)
-  print(evaluation.format_table(results))
+  print(evaluation.format_table(results), flush=True)
+  print(f'wrote {evaluation.write_results(results, FLAGS.output)}')
 
 
 if __name__ == '__main__':

@@ -1,7 +1,9 @@
 """The user's own data: local CSV, TSV or JSONL files with a text and a label column.
 
 * Format by extension: ``.csv``; ``.tsv``/``.tab`` (tab-separated); ``.jsonl``/``.ndjson`` (one
-  JSON object per line; blank lines skipped). CSV/TSV files need a header row.
+  JSON object per line; blank lines skipped), each optionally gzipped (``.csv.gz``). CSV/TSV
+  files need a header row; a UTF-8 byte-order mark (as Excel writes) is skipped; quoting is
+  parsed strictly, so an unclosed quote is an error naming its line, not merged rows.
 * Texts are kept as raw bytes: invalid UTF-8 is passed through unchanged (the byte tokenizer sees
   the original bytes), empty texts are valid examples.
 * Labels are integers (class ids 0..n-1) when every training label is an integer, otherwise class
@@ -17,10 +19,11 @@ from __future__ import annotations
 import csv
 import dataclasses
 import functools
+import gzip
 import json
 import os
 import re
-from typing import Iterator
+from typing import IO, Iterator
 
 import numpy as np
 
@@ -31,6 +34,9 @@ CLASSES_FILE = 'classes.json'
 HOLDOUT_FRACTION = 0.1
 _HOLDOUT_SEED = 0
 _INTEGER = re.compile(r'-?\d+')
+_FORMATS = {'.csv': ',', '.tsv': '\t', '.tab': '\t', '.jsonl': None, '.ndjson': None}
+_MAX_CLASSES = 1_000_000  # integer labels beyond this (or far sparser than their range): IDs
+csv.field_size_limit(2**31 - 1)  # long documents: the default limit is 128 KiB per field
 _FIX_LABEL = ('Fix the label, or add an example of that class to the training files (and delete '
               'classes.json in a workdir that has one).')
 
@@ -83,15 +89,23 @@ def _to_bytes(text: str) -> bytes:
     return text.encode('utf-8', errors='replace')
 
 
-def _read_delimited(path: str, delimiter: str, text_column: str,
+def _open(path: str) -> IO[str]:
+  """The file as text (gunzipped for .gz), a leading byte-order mark skipped, bytes that are not
+  UTF-8 kept (``_to_bytes`` restores them)."""
+  opener = gzip.open if path.lower().endswith('.gz') else open
+  return opener(path, 'rt', newline='', encoding='utf-8-sig', errors='surrogateescape')
+
+
+def _read_delimited(f: IO[str], path: str, delimiter: str, text_column: str,
                     label_column: str) -> Iterator[_Row]:
-  with open(path, newline='', encoding='utf-8', errors='surrogateescape') as f:
-    reader = csv.DictReader(f, delimiter=delimiter)
-    for column in (text_column, label_column):
-      if reader.fieldnames is None or column not in reader.fieldnames:
-        raise ValueError(f'{path}: no column {column!r} in the header {reader.fieldnames}. The '
-                         'first row must name the columns; set data.text_column and '
-                         'data.label_column to the right names.')
+  reader = csv.DictReader(f, delimiter=delimiter, strict=True)
+  for column in (text_column, label_column):
+    if reader.fieldnames is None or column not in reader.fieldnames:
+      raise ValueError(f'{path}: no column {column!r} in the header {reader.fieldnames}. The '
+                       'first row must name the columns; set data.text_column and '
+                       'data.label_column to the right names.')
+  i, start = 0, reader.line_num + 1
+  try:
     for i, record in enumerate(reader, start=1):
       where = f'{path}, row {i} (line {reader.line_num})'
       text, label = record[text_column], record[label_column]
@@ -99,44 +113,56 @@ def _read_delimited(path: str, delimiter: str, text_column: str,
         raise ValueError(f'{where}: fewer fields than the header; quote fields that contain '
                          'the delimiter or a newline.')
       yield _Row(where, _to_bytes(text), label.strip())
+      start = reader.line_num + 1
+  except csv.Error as e:
+    raise ValueError(f'{path}, row {i + 1} (from line {start}): not valid CSV ({e}); a quote '
+                     'that opens a field must close it (write a quote inside a quoted field '
+                     'as "").') from None
 
 
-def _read_jsonl(path: str, text_column: str, label_column: str) -> Iterator[_Row]:
-  with open(path, encoding='utf-8', errors='surrogateescape') as f:
-    for line_number, line in enumerate(f, start=1):
-      if not line.strip():
-        continue
-      where = f'{path}, row {line_number} (line {line_number})'
-      try:
-        record = json.loads(line)
-      except json.JSONDecodeError as e:
-        raise ValueError(f'{where}: invalid JSON ({e}); each line must be one JSON object, '
-                         'e.g. {"text": "...", "label": "..."}.') from None
-      if not isinstance(record, dict) or text_column not in record or label_column not in record:
-        raise ValueError(f'{where}: expected an object with keys {text_column!r} and '
-                         f'{label_column!r}; set data.text_column and data.label_column to the '
-                         'keys your file uses.')
-      text, label = record[text_column], record[label_column]
-      text = '' if text is None else text if isinstance(text, str) else json.dumps(text)
-      yield _Row(where, _to_bytes(text), str(label).strip())
+def _read_jsonl(f: IO[str], path: str, text_column: str, label_column: str) -> Iterator[_Row]:
+  for line_number, line in enumerate(f, start=1):
+    if not line.strip():
+      continue
+    where = f'{path}, row {line_number} (line {line_number})'
+    try:
+      record = json.loads(line)
+    except json.JSONDecodeError as e:
+      raise ValueError(f'{where}: invalid JSON ({e}); each line must be one JSON object, '
+                       'e.g. {"text": "...", "label": "..."}.') from None
+    if not isinstance(record, dict) or text_column not in record or label_column not in record:
+      raise ValueError(f'{where}: expected an object with keys {text_column!r} and '
+                       f'{label_column!r}; set data.text_column and data.label_column to the '
+                       'keys your file uses.')
+    text, label = record[text_column], record[label_column]
+    if label is None or isinstance(label, (dict, list)):
+      raise ValueError(f'{where}: the label {json.dumps(label)} is not a class name or id; '
+                       'every example needs a label (remove the row or fill it in).')
+    text = '' if text is None else text if isinstance(text, str) else json.dumps(text)
+    yield _Row(where, _to_bytes(text), str(label).strip())
 
 
 def read_rows(path: str, text_column: str, label_column: str) -> list[_Row]:
   """All rows of one file, in order; FileNotFoundError if it does not exist, ValueError on an
-  unknown extension, a missing column or an empty label."""
+  unknown extension, malformed content, a missing column or an empty label."""
   if not os.path.isfile(path):
     raise FileNotFoundError(f'Data file {path!r} not found (data.train_files, '
                             'data.validation_files and data.test_files are comma-separated paths, '
                             f'relative to {os.getcwd()}); fix the path.')
-  extension = os.path.splitext(path)[1].lower()
-  delimiter = {'.csv': ',', '.tsv': '\t', '.tab': '\t'}.get(extension)
-  if delimiter:
-    rows = list(_read_delimited(path, delimiter, text_column, label_column))
-  elif extension in ('.jsonl', '.ndjson'):
-    rows = list(_read_jsonl(path, text_column, label_column))
-  else:
-    raise ValueError(f'{path}: unknown extension {extension!r}; the format is taken from the '
-                     'extension: rename the file to .csv, .tsv, .tab, .jsonl or .ndjson.')
+  stem, extension = os.path.splitext(path.lower())
+  if extension == '.gz':
+    stem, extension = os.path.splitext(stem)
+  if extension not in _FORMATS:
+    raise ValueError(f'{path}: unknown format; the format is taken from the extension: .csv, '
+                     '.tsv, .tab, .jsonl or .ndjson, optionally gzipped (.csv.gz). Decompress '
+                     'other archives (zip, bz2, xz, zst) first.')
+  delimiter = _FORMATS[extension]
+  try:
+    with _open(path) as f:
+      rows = list(_read_delimited(f, path, delimiter, text_column, label_column) if delimiter
+                  else _read_jsonl(f, path, text_column, label_column))
+  except (gzip.BadGzipFile, EOFError) as e:
+    raise ValueError(f'{path}: not a complete gzip file ({e}).') from None
   for row in rows:
     if not row.label:
       raise ValueError(f'{row.where}: empty label; every example needs a label (remove the row '
@@ -159,6 +185,12 @@ def infer_classes(rows: list[_Row]) -> Classes:
         raise ValueError(f'{row.where}: negative integer label {row.label}; integer labels are '
                          'class ids 0..n-1 (or use class names).')
     num_classes = max(int(row.label) for row in rows) + 1
+    distinct = len({int(row.label) for row in rows})
+    if num_classes > _MAX_CLASSES or num_classes > 10 * distinct + 10:
+      raise ValueError(f'The training labels are integers up to {num_classes - 1} but only '
+                       f'{distinct} distinct values: that looks like an ID column, not class ids '
+                       '0..n-1. Set data.label_column to the column that holds the class (or '
+                       'use class names).')
     return Classes(tuple(str(i) for i in range(num_classes)), integer_labels=True)
   return Classes(tuple(sorted({row.label for row in rows})), integer_labels=False)
 
@@ -188,6 +220,15 @@ def save_classes(workdir: str | None, classes: Classes) -> None:
   storage.write_json(path, content)
 
 
+def _hold_out(rows: list[_Row]) -> tuple[list[_Row], list[_Row]]:
+  """(train, validation): a fixed HOLDOUT_FRACTION of the rows, seeded, held out."""
+  held_out = np.zeros(len(rows), bool)
+  perm = np.random.default_rng(_HOLDOUT_SEED).permutation(len(rows))
+  held_out[perm[:int(len(rows) * HOLDOUT_FRACTION)]] = True
+  return ([row for row, h in zip(rows, held_out) if not h],
+          [row for row, h in zip(rows, held_out) if h])
+
+
 class FilesSource:
   """Train/validation/test splits of local files (comma-separated paths), parsed and checked in
   memory; ``classes.json`` is kept in ``workdir`` (None: inferred, not saved). A label that is not
@@ -211,12 +252,14 @@ class FilesSource:
     if _split_paths(validation_files):
       validation = read(validation_files)
     else:
-      held_out = np.zeros(len(train), bool)
-      perm = np.random.default_rng(_HOLDOUT_SEED).permutation(len(train))
-      held_out[perm[:int(len(train) * HOLDOUT_FRACTION)]] = True
-      validation = [row for row, h in zip(train, held_out) if h]
-      train = [row for row, h in zip(train, held_out) if not h]
+      train, validation = _hold_out(train)
     test = read(test_files) if _split_paths(test_files) else validation
+    for split, rows in (('validation', validation), ('test', test)):
+      if not rows:
+        raise ValueError(f'The {split} split is empty ({len(train)} training rows). Give '
+                         f'data.{split}_files with at least one labelled row, or, without '
+                         'data.validation_files, at least 10 training rows (a tenth is held '
+                         'out for validation).')
     self.class_names = classes.names
     self._examples = {
         split: (np.array([row.text for row in rows], dtype=object),

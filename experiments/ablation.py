@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import json
 import os
 import time
 
@@ -22,6 +23,13 @@ from experiments import report as report_lib
 from training import trainer
 from training import validation
 from training.metrics import console
+
+# Fields that change nothing in a finished run's reported numbers (where and how it ran).
+RESULT_NEUTRAL_FIELDS = ('train.log_every', 'train.checkpoint_every', 'train.keep_checkpoints',
+                         'train.eval_batch_size', 'train.compilation_cache_dir', 'data.data_dir',
+                         'data.prefetch', 'mesh.data', 'mesh.fsdp', 'mesh.tensor',
+                         'mesh.dcn_data', 'mesh.dcn_fsdp', 'mesh.dcn_tensor', 'mesh.rules',
+                         'model.remat')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,12 +90,13 @@ def select(cells: list[Cell], only: str) -> list[Cell]:
   if ':' in only and all(p.strip().lstrip('-').isdigit() or not p.strip()
                          for p in only.split(':')):
     start, _, stop = only.partition(':')
-    return cells[int(start) if start else None:int(stop) if stop else None]
-  patterns = _split(only)
-  chosen = [c for c in cells if any(fnmatch.fnmatch(c.name, p) for p in patterns)]
+    chosen = cells[int(start) if start else None:int(stop) if stop else None]
+  else:
+    patterns = _split(only)
+    chosen = [c for c in cells if any(fnmatch.fnmatch(c.name, p) for p in patterns)]
   if not chosen:
-    raise ValueError(f'--only={only!r} matches no run; runs are: '
-                     f'{", ".join(c.name for c in cells)}.')
+    raise ValueError(f'--only={only!r} matches no run; the {len(cells)} runs (0:{len(cells)}) '
+                     f'are: {", ".join(c.name for c in cells)}.')
   return chosen
 
 
@@ -106,10 +115,60 @@ def cell_config(config: ml_collections.ConfigDict, cell: Cell) -> ml_collections
   return c
 
 
+def stale_cells(config: ml_collections.ConfigDict, workdir: str,
+                cells: list[Cell]) -> dict[Cell, list[str]]:
+  """Finished cells whose saved config (fields that change results) or data differ from what
+  the grid gives now, with what differs."""
+  stale = {}
+  for cell in cells:
+    run_dir, run_config = os.path.join(workdir, cell.name), cell_config(config, cell)
+    run = report_lib.load_run(run_dir)
+    if run is None:
+      continue
+    if run.not_applicable:
+      try:
+        validation.check_model(run_config)
+        stale[cell] = [f'was not applicable ({run.not_applicable}) and is now']
+      except ValueError:
+        pass
+      continue
+    saved = validation.load_config(run_dir).to_dict()
+    changes = validation.config_differences(saved, run_config, RESULT_NEUTRAL_FIELDS)
+    fingerprint = os.path.join(run_dir, validation.DATA_FILE)
+    if os.path.exists(fingerprint):
+      with open(fingerprint) as f:
+        changes += validation.data_changes(json.load(f), run_config.data)
+    if changes:
+      stale[cell] = changes
+  return stale
+
+
+def _check_fresh(config: ml_collections.ConfigDict, workdir: str, cells: list[Cell],
+                 fresh: bool) -> None:
+  """Refuses finished cells made with another config or data, or with ``fresh`` moves them
+  aside (never deletes) so that they are trained again."""
+  stale = stale_cells(config, workdir, cells)
+  if stale and not fresh:
+    details = '; '.join(f'{c.name}: {", ".join(d)}' for c, d in stale.items())
+    raise ValueError(f'{len(stale)} finished run(s) in {workdir} were made with another config '
+                     f'or data than the grid gives now ({details}). Their results would be '
+                     'reported under the new config. Pass --fresh to move them aside '
+                     '(<run>.stale-N) and train them again, or restore the config, or use a '
+                     'new --workdir.')
+  for cell in stale:
+    run_dir, k = os.path.join(workdir, cell.name), 1
+    while os.path.exists(f'{run_dir}.stale-{k}'):
+      k += 1
+    if jax.process_index() == 0:
+      os.rename(run_dir, f'{run_dir}.stale-{k}')
+    console(f'{cell.name}: made with another config or data; moved to {run_dir}.stale-{k}.')
+
+
 def run_grid(config: ml_collections.ConfigDict, workdir: str, cells: list[Cell], *,
-             command: str = '') -> str:
+             command: str = '', fresh: bool = False) -> str:
   """Runs (or skips, if finished) every cell, then writes and returns the report."""
-  workdir = os.path.abspath(os.path.expanduser(workdir))
+  workdir = validation.check_workdir(workdir)
+  _check_fresh(config, workdir, cells, fresh)
   os.makedirs(workdir, exist_ok=True)
   todo = [c for c in cells if report_lib.load_run(os.path.join(workdir, c.name)) is None]
   console(f'Ablation: {len(cells)} runs ({len(cells) - len(todo)} already finished), '
@@ -145,6 +204,8 @@ def _mark_not_applicable(run_dir: str, cell: Cell, reason: str) -> None:
 def build_report(config: ml_collections.ConfigDict, workdir: str, cells: list[Cell], *,
                  command: str) -> str:
   """Rebuilds report.md, results.csv/json and plots from the finished cells (no training)."""
+  workdir = validation.check_workdir(workdir)
+  _check_fresh(config, workdir, cells, fresh=False)
   runs = [r for c in cells
           if (r := report_lib.load_run(os.path.join(workdir, c.name), c.name)) is not None]
   missing = len(cells) - len(runs)

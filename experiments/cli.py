@@ -17,6 +17,7 @@ from typing import Callable, NoReturn
 
 from absl import app
 from absl import flags
+import ml_collections
 
 from training import checkpoints
 from training import trainer
@@ -49,6 +50,9 @@ def _parse_flags(argv: list[str]) -> list[str]:
     rest = flags.FLAGS(argv)
     if 'config' in flags.FLAGS:
       flags.FLAGS.config.keys()  # a config file that failed to load raises on first use
+      if not isinstance(flags.FLAGS.config, ml_collections.ConfigDict):
+        raise TypeError(f'get_config() returned a {type(flags.FLAGS.config).__name__}, not an '
+                        'ml_collections.ConfigDict (see configs/default.py)')
     return rest
   except Exception as e:  # pylint: disable=broad-except  (the config file is the user's code)
     fail(f'{type(e).__name__}: {e}. Run {_program()} --helpfull for the flags; a config field '

@@ -27,6 +27,10 @@ TRAINED = ('train.py', '--config=configs/tiny.py', '--workdir={W}', '--config.da
 EVAL = ('eval.py', '--workdir={W}')
 ABLATE = ('ablate.py', '--config=configs/ablation/probes.py', '--workdir={W}',
           '--config.data.data_dir={D}')
+# The command that ran the ablation the 'ablation_done' cases copy.
+ABLATED = ABLATE + ('--config.ablation.positions=none,alibi', '--config.ablation.num_seeds=1',
+                    '--config.train.num_steps=20', '--config.optim.warmup_steps=2')
+FILES = TRAIN + ('--config.data.name=files',)
 # train.py with the fortune files looked for in a directory that does not exist (they are
 # installed on this machine and in CI): the same command line, run through runpy.
 FORTUNES_MISSING = (
@@ -42,7 +46,9 @@ class Case:
   id: str
   argv: tuple[str, ...]
   phrase: str  # what the error paragraph must contain
-  workdir: str = 'new'  # new | empty | trained | trained_no_config | trained_learned | config_only
+  # new | empty | file | trained | trained_no_config | trained_learned | trained_other_data |
+  # trained_eval_dir | config_only | ablation_done
+  workdir: str = 'new'
   env: tuple[tuple[str, str], ...] = ()
 
 
@@ -79,7 +85,7 @@ CASES = [
     Case('warmup_longer_than_training', TRAIN + ('--config.optim.warmup_steps=100',),
          'optim.warmup_steps=100 must be between 0 and the number of optimizer updates (20)'),
     Case('negative_learning_rate', TRAIN + ('--config.optim.learning_rate=-0.001',),
-         'optim.learning_rate must be >= 0'),
+         'optim.learning_rate must be a finite number > 0'),
     # ---------------------------------------------------------------- devices
     Case('batch_not_divisible_by_devices', TRAIN + ('--config.train.batch_size=6',),
          'train.batch_size=6 is not divisible by the 4 data-parallel devices',
@@ -142,6 +148,39 @@ CASES = [
     Case('ablate_not_an_ablation_config', ('ablate.py', '--config=configs/tiny.py',
                                            '--workdir={W}'),
          'has no `ablation` group'),
+    # ---------------------------------------------------------------- nothing silently wrong
+    Case('ablate_reuses_no_stale_result', ABLATED + ('--config.optim.learning_rate=0.05',),
+         'made with another config or data than the grid gives now', workdir='ablation_done'),
+    Case('ablate_report_of_stale_results', ABLATED + ('--config.optim.learning_rate=0.05',
+                                                      '--report_only'),
+         'made with another config or data than the grid gives now', workdir='ablation_done'),
+    Case('ablate_only_selects_nothing', ABLATE + ('--only=5:5',), "--only='5:5' matches no run"),
+    Case('changed_data_on_resume', TRAINED + ('--config.train.num_steps=4',),
+         'changed since it started', workdir='trained_other_data'),
+    Case('empty_workdir', ('train.py', '--config=configs/tiny.py', '--workdir= '),
+         '--workdir is empty'),
+    Case('workdir_is_a_file', TRAIN, 'is a file, not a folder', workdir='file'),
+    Case('nan_learning_rate', TRAIN + ('--config.optim.learning_rate=nan',),
+         'optim.learning_rate must be a finite number > 0'),
+    Case('beta_out_of_range', TRAIN + ('--config.optim.b2=1.0',), 'optim.b2 must be'),
+    Case('unknown_schedule', TRAIN + ('--config.optim.schedule=cosine_restarts',),
+         "Unknown optim.schedule 'cosine_restarts'"),
+    Case('config_returns_a_dict', ('train.py', '--config={T}/dict_config.py', '--workdir={W}'),
+         'returned a dict'),
+    Case('config_lacks_a_group', ('train.py', '--config={T}/no_mesh.py', '--workdir={W}'),
+         'has no mesh group'),
+    Case('too_few_rows_to_hold_out', FILES + ('--config.data.train_files={T}/tiny.csv',),
+         'The validation split is empty'),
+    Case('id_like_integer_labels', FILES + ('--config.data.train_files={T}/ids.csv',),
+         'looks like an ID column'),
+    Case('unclosed_quote', FILES + ('--config.data.train_files={T}/quote.csv',),
+         'not valid CSV'),
+    Case('null_label', FILES + ('--config.data.train_files={T}/null.jsonl',), 'the label null'),
+    Case('zip_file', FILES + ('--config.data.train_files={T}/train.csv.zip',), 'Decompress'),
+    Case('eval_length_beyond_memory', EVAL + ('--eval_lengths=100000',),
+         'Evaluating at 100000 tokens needs about', workdir='trained'),
+    Case('eval_results_unwritable', EVAL, 'The results are printed above',
+         workdir='trained_eval_dir'),
 ]
 
 
@@ -160,6 +199,17 @@ def trained_workdir(tmp_path_factory):
   return str(root / 'run'), data_file
 
 
+@pytest.fixture(scope='session')
+def ablation_workdir(tmp_path_factory, tfds_dir):
+  """A finished tiny ablation (none and alibi, one seed, 20 steps) run by ``ABLATED``."""
+  workdir = str(tmp_path_factory.mktemp('ablation') / 'run')
+  argv = [a.format(W=workdir, D=tfds_dir) for a in ABLATED]
+  proc = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True,
+                        timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  return workdir
+
+
 def snapshot(path: str) -> dict[str, str]:
   """Relative path -> SHA-256 of every file under ``path`` (the lock file excluded)."""
   out = {}
@@ -176,8 +226,11 @@ def snapshot(path: str) -> dict[str, str]:
 def make_workdir(kind: str, workdir: str, trained: str) -> None:
   if kind == 'new':
     return
-  if kind == 'empty':
-    os.makedirs(workdir)
+  if kind in ('empty', 'file'):
+    os.makedirs(workdir if kind == 'empty' else os.path.dirname(workdir), exist_ok=True)
+    if kind == 'file':
+      with open(workdir, 'w') as f:
+        f.write('not a folder\n')
     return
   if kind == 'config_only':
     os.makedirs(workdir)
@@ -186,6 +239,16 @@ def make_workdir(kind: str, workdir: str, trained: str) -> None:
   shutil.copytree(trained, workdir)
   if kind == 'trained_no_config':
     os.remove(os.path.join(workdir, 'config.json'))
+  elif kind == 'trained_other_data':  # as if the CSV had been edited since the run started
+    path = os.path.join(workdir, 'data_fingerprint.json')
+    with open(path) as f:
+      fingerprint = json.load(f)
+    for entry in fingerprint.values():
+      entry['sha256'] = '0' * 64
+    with open(path, 'w') as f:
+      json.dump(fingerprint, f)
+  elif kind == 'trained_eval_dir':  # eval.json cannot be written: a folder has its name
+    os.makedirs(os.path.join(workdir, 'eval.json'))
   elif kind == 'trained_learned':
     path = os.path.join(workdir, 'config.json')
     with open(path) as f:
@@ -202,14 +265,30 @@ def write_inputs(tmp: str) -> None:
     f.write('text,label\nfine,1\nwrong,5\n')
   with open(os.path.join(tmp, 'no_get_config.py'), 'w') as f:
     f.write('import ml_collections\n\nCONFIG = ml_collections.ConfigDict()\n')
+  with open(os.path.join(tmp, 'dict_config.py'), 'w') as f:
+    f.write('def get_config():\n  return {"train": {}}\n')
+  with open(os.path.join(tmp, 'no_mesh.py'), 'w') as f:
+    f.write('from configs import tiny\n\n\ndef get_config():\n  c = tiny.get_config()\n'
+            '  del c.mesh\n  return c\n')
+  rows = ''.join(f'example {i},{i % 2}\n' for i in range(20))
+  files = {'tiny.csv': 'text,label\na,0\nb,1\n',
+           'ids.csv': 'text,label\n' + ''.join(f'row {i},{10**12 + i}\n' for i in range(20)),
+           'quote.csv': 'text,label\n' + rows + '"an open quote,1\n' + rows,
+           'null.jsonl': '{"text": "a", "label": 0}\n{"text": "b", "label": null}\n',
+           'train.csv.zip': 'PK'}
+  for name, content in files.items():
+    with open(os.path.join(tmp, name), 'w') as f:
+      f.write(content)
   os.makedirs(os.path.join(tmp, 'empty_tfds'), exist_ok=True)
 
 
 @pytest.mark.parametrize('case', CASES, ids=[c.id for c in CASES])
 def test_bad_input_is_answered_clearly(case, tmp_path, tfds_dir, request):
-  needs_trained = case.workdir not in ('new', 'empty')
-  trained, data_file = (request.getfixturevalue('trained_workdir') if needs_trained
-                        else ('', ''))
+  trained, data_file = '', ''
+  if case.workdir == 'ablation_done':
+    trained = request.getfixturevalue('ablation_workdir')
+  elif case.workdir not in ('new', 'empty', 'file'):
+    trained, data_file = request.getfixturevalue('trained_workdir')
   tmp = str(tmp_path)
   workdir = os.path.join(tmp, 'work')
   write_inputs(tmp)
@@ -234,5 +313,64 @@ def test_bad_input_is_answered_clearly(case, tmp_path, tfds_dir, request):
     assert set(after) - set(before) <= {'config.json'}, set(after) - set(before)
   elif os.path.isdir(workdir):
     assert snapshot(workdir) == {}, os.listdir(workdir)
+  for name in ('lock', 'config.json', 'checkpoints', 'metrics.jsonl'):  # never the repository
+    assert not os.path.exists(os.path.join(ROOT, name)), name
   if case.id == 'tfds_dataset_not_prepared':
     assert elapsed < 60, elapsed  # imports included; the check itself takes well under a second
+
+
+# ---------------------------------------------------------------- runs that must stay correct
+def run(argv, **fmt):
+  return subprocess.run([sys.executable, *[a.format(**fmt) for a in argv]], cwd=ROOT,
+                        capture_output=True, text=True, timeout=600)
+
+
+def test_fresh_moves_stale_results_aside_and_reruns(ablation_workdir, tmp_path, tfds_dir):
+  workdir = str(tmp_path / 'ablation')
+  shutil.copytree(ablation_workdir, workdir)
+  proc = run(ABLATED + ('--config.optim.learning_rate=0.05', '--only=*/none', '--fresh'),
+             W=workdir, D=tfds_dir)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  stale = os.path.join(workdir, 'position_probes-order', 'none.stale-1')
+  assert os.path.isfile(os.path.join(stale, 'summary.json'))  # kept, never deleted
+  with open(os.path.join(workdir, 'position_probes-order', 'none', 'config.json')) as f:
+    assert json.load(f)['optim']['learning_rate'] == 0.05
+
+
+def test_eval_output_elsewhere_leaves_the_workdir_unchanged(trained_workdir, tmp_path):
+  workdir = str(tmp_path / 'work')
+  shutil.copytree(trained_workdir[0], workdir)
+  before = snapshot(workdir)
+  proc = run(EVAL + ('--output={O}',), W=workdir, O=str(tmp_path / 'out' / 'eval.json'))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert 'test' in proc.stdout and os.path.isfile(tmp_path / 'out' / 'eval.json')
+  assert snapshot(workdir) == before
+
+
+def test_resume_repairs_and_reports_a_damaged_workdir(trained_workdir, tmp_path):
+  """A deleted metrics.jsonl is reported, a deleted manifest rewritten after its checkpoint
+  restored; a corrupt checkpoint without a manifest costs one line, not orbax's logs."""
+  workdir, data_file = str(tmp_path / 'work'), trained_workdir[1]
+  shutil.copytree(trained_workdir[0], workdir)
+  os.remove(os.path.join(workdir, 'metrics.jsonl'))
+  manifest = os.path.join(workdir, 'checkpoints', '2', '_SHA256_MANIFEST.json')
+  os.remove(manifest)
+  proc = run(TRAINED + ('--config.train.num_steps=4', '--config.train.checkpoint_every=4'),
+             W=workdir, F=data_file)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert 'metrics.jsonl is missing' in proc.stderr and os.path.isfile(manifest)
+  # Checkpoint 4 loses its manifest and is garbled: set aside in one line, resumed from 2.
+  os.remove(os.path.join(workdir, 'checkpoints', '4', '_SHA256_MANIFEST.json'))
+  files = [os.path.join(r, n) for r, _, ns in os.walk(os.path.join(workdir, 'checkpoints', '4'))
+           for n in ns]
+  with open(max(files, key=os.path.getsize), 'r+b') as f:
+    garbled = bytearray(f.read())
+    garbled[100::7] = bytes((b * 31 + 7) % 256 for b in garbled[100::7])
+    f.seek(0)
+    f.write(garbled)
+  proc = run(TRAINED + ('--config.train.num_steps=6', '--config.train.checkpoint_every=4'),
+             W=workdir, F=data_file)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  ours = [line for line in proc.stderr.splitlines() if 'heckpoint' in line]
+  assert any('Checkpoint 4 is corrupt' in line for line in ours), proc.stderr[-3000:]
+  assert len(ours) <= 3 and 'Traceback' not in proc.stderr, proc.stderr[-3000:]

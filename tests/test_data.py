@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import gzip
 import itertools
 import json
 import os
@@ -153,8 +154,8 @@ def test_files_csv_tsv_jsonl_with_string_labels(tmp_path):
 def test_files_classes_json_is_reused(tmp_path):
   workdir = str(tmp_path / 'work')
   first = _write(tmp_path / 'first.csv', 'text,label\nx,b\ny,c\nz,a\n')
-  assert info_of(_config(name='files', train_files=first),
-                       workdir=workdir).class_names == ('a', 'b', 'c')
+  assert info_of(_config(name='files', train_files=first, validation_files=first),
+                 workdir=workdir).class_names == ('a', 'b', 'c')
   # A later run whose files lack class 'a' keeps the saved ids.
   later = _write(tmp_path / 'later.csv', 'text,label\nx,b\ny,c\n')
   config = _config(name='files', train_files=later, validation_files=later)
@@ -198,12 +199,46 @@ def test_files_errors(tmp_path):
   no_column = _write(tmp_path / 'x.csv', 'sentence,label\na,b\n')
   with pytest.raises(ValueError, match="no column 'text'"):
     info_of(_config(name='files', train_files=no_column), workdir=None)
-  with pytest.raises(ValueError, match='unknown extension'):
+  with pytest.raises(ValueError, match='unknown format'):
     info_of(_config(name='files', train_files=_write(tmp_path / 'x.txt', 'a')),
                   workdir=None)
   empty_label = _write(tmp_path / 'e.csv', 'text,label\na,\n')
   with pytest.raises(ValueError, match=r'e\.csv, row 1 \(line 2\): empty label'):
     info_of(_config(name='files', train_files=empty_label), workdir=None)
+
+
+def test_files_read_what_spreadsheets_and_compressors_write(tmp_path):
+  """A byte-order mark (Excel's CSV), gzip, a field over csv's default 128 KiB limit."""
+  rows = ''.join(f'text {i},{i % 2}\n' for i in range(20))
+  bom = _write(tmp_path / 'bom.csv', b'\xef\xbb\xbftext,label\n' + rows.encode())
+  assert info_of(_config(name='files', train_files=bom)).num_train_examples == 18
+  packed = tmp_path / 'rows.tsv.gz'
+  with gzip.open(packed, 'wt') as f:
+    f.write('text\tlabel\n' + rows.replace(',', '\t'))
+  assert info_of(_config(name='files', train_files=str(packed))).num_classes == 2
+  long_text = 'x' * 200_000
+  long = _write(tmp_path / 'long.csv', f'text,label\n"{long_text}",0\n' + rows)
+  config = _config(name='files', train_files=long, max_length=8)
+  assert info_of(config).num_train_examples == 19
+
+
+def test_files_refuse_what_they_would_misread(tmp_path):
+  good = ''.join(f'row {i},{i % 2}\n' for i in range(20))
+  unclosed = _write(tmp_path / 'q.csv', 'text,label\n' + good + '"open quote,1\n' + good)
+  with pytest.raises(ValueError, match=r'q\.csv, row 21 \(from line 22\): not valid CSV'):
+    info_of(_config(name='files', train_files=unclosed))
+  null = _write(tmp_path / 'n.jsonl', '{"text": "a", "label": 1}\n{"text": "b", "label": null}\n')
+  with pytest.raises(ValueError, match=r'n\.jsonl, row 2 \(line 2\): the label null'):
+    info_of(_config(name='files', train_files=null))
+  with pytest.raises(ValueError, match='Decompress'):
+    info_of(_config(name='files', train_files=_write(tmp_path / 'x.csv.zip', 'a')))
+  ids = _write(tmp_path / 'ids.csv', 'text,label\n' + ''.join(
+      f'row {i},{10**12 + i}\n' for i in range(20)))
+  with pytest.raises(ValueError, match='looks like an ID column'):
+    info_of(_config(name='files', train_files=ids))
+  tiny = _write(tmp_path / 'tiny.csv', 'text,label\na,0\nb,1\n')
+  with pytest.raises(ValueError, match='The validation split is empty'):
+    info_of(_config(name='files', train_files=tiny))
 
 
 def test_files_holdout_validation(tmp_path):

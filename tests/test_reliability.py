@@ -177,6 +177,23 @@ def test_garbled_partial_and_unmanifested_checkpoints(files_config, tmp_path, tw
   assert step == 20 and 40 in ckpt.skipped
   assert_states_equal(jax.tree.map(np.asarray, state), final_state)
 
+  # A manifest-less checkpoint that orbax reads but whose floats are NaN/Inf (garbled bytes) is
+  # corrupt too; the intact one before it gets its manifest rewritten.
+  workdir = str(tmp_path / 'nan_unmanifested')
+  shutil.copytree(original, workdir)
+  ckpt = checkpoints.Checkpointer(workdir, 5)
+  bad = jax.tree.map(lambda x: x * np.nan if np.issubdtype(x.dtype, np.floating) else x,
+                     ckpt.restore(20, abstract))
+  ckpt.save(30, bad)
+  ckpt.close()
+  os.remove(os.path.join(workdir, 'checkpoints', '30', checkpoints.MANIFEST_FILE))
+  os.remove(os.path.join(workdir, 'checkpoints', '20', checkpoints.MANIFEST_FILE))
+  ckpt = checkpoints.Checkpointer(workdir, 5)
+  step, _ = ckpt.restore_latest(abstract)
+  assert step == 20 and 'NaN/Inf' in ckpt.skipped[30]
+  assert os.path.exists(os.path.join(workdir, 'checkpoints', '20', checkpoints.MANIFEST_FILE))
+  ckpt.close()
+
   # None intact: a clear error, and nothing is moved or changed.
   workdir = str(tmp_path / 'none')
   shutil.copytree(original, workdir)
@@ -334,10 +351,10 @@ def test_second_run_on_a_workdir_refuses(tmp_path, csv_file):
 def test_nonfinite_stops_naming_the_step_and_keeps_the_last_good_checkpoint(files_config, tmp_path,
                                                                            no_network):
   workdir = str(tmp_path / 'nan')
+  # Warmup from 0: step 1 changes nothing, then the parameters overflow.
   config = files_config(**{'optim.learning_rate': 1e38, 'optim.grad_clip_norm': 0.0,
-                                     'optim.warmup_steps': 0, 'train.checkpoint_every': 1,
-                                     'train.num_steps': 6, 'train.eval_every': 6,
-                                     'train.log_every': 2})
+                           'optim.warmup_steps': 4, 'train.checkpoint_every': 1,
+                           'train.num_steps': 6, 'train.eval_every': 6, 'train.log_every': 2})
   with pytest.raises(trainer.NonFiniteLossError, match=r'NaN/Inf at step (\d+)') as info:
     trainer.train_and_evaluate(config, workdir)
   bad_step = int(re.search(r'at step (\d+)', str(info.value)).group(1))
@@ -351,12 +368,46 @@ def test_nonfinite_stops_naming_the_step_and_keeps_the_last_good_checkpoint(file
   state = state_of(workdir, max(steps))
   assert all(np.isfinite(x).all() for x in jax.tree.leaves(state.params))
 
-  config.train.skip_nonfinite = True  # skipped and counted instead
+  config.train.skip_nonfinite = True  # skipped and counted instead; no NaN weights kept
   summary = trainer.train_and_evaluate(config, str(tmp_path / 'skip'))
   assert summary['skipped_updates'][0] > 0
+  assert np.isfinite(summary['validation_loss']).all()
+  assert all(np.isfinite(x).all() for x in jax.tree.leaves(state_of(str(tmp_path / 'skip'),
+                                                                     6).params))
   logged = [r['train/skipped_updates'] for r in metrics.read_metrics(str(tmp_path / 'skip'))
             if 'train/skipped_updates' in r]
   assert logged[-1] == summary['skipped_updates'][0]
+
+
+def test_a_run_that_failed_before_any_checkpoint_leaves_the_workdir_reusable(tmp_path, csv_file):
+  command = ['train.py', '--config=configs/tiny.py', f'--workdir={tmp_path / "run"}',
+             '--config.data.name=files', f'--config.data.train_files={csv_file}']
+  failed = subprocess.run([sys.executable, *command, '--config.optim.learning_rate=1e38',
+                           '--config.optim.grad_clip_norm=0', '--config.optim.warmup_steps=0'],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert failed.returncode == 2 and 'NaN/Inf at step' in failed.stderr, failed.stderr[-3000:]
+  again = subprocess.run([sys.executable, *command], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300)
+  assert again.returncode == 0, again.stderr[-3000:]
+
+
+def test_sigterm_during_start_up_saves_and_exits_0(tmp_path, csv_file):
+  """Once the run holds its workdir, a SIGTERM while it prepares is honoured at the first step."""
+  workdir = tmp_path / 'run'
+  proc = subprocess.Popen([sys.executable, 'train.py', '--config=configs/tiny.py',
+                           f'--workdir={workdir}', '--config.data.name=files',
+                           f'--config.data.train_files={csv_file}'],
+                          cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  deadline = time.monotonic() + 120
+  while not (workdir / 'lock').exists():
+    assert time.monotonic() < deadline and proc.poll() is None
+    time.sleep(0.05)
+  time.sleep(0.3)  # inside the setup (data, model, compilation): several seconds here
+  proc.send_signal(signal.SIGTERM)
+  out, err = proc.communicate(timeout=300)
+  assert proc.returncode == 0, err[-3000:]
+  step = int(re.search(r'Preempted: saved step (\d+)', out).group(1))
+  assert checkpoints.Checkpointer(str(workdir), 2, read_only=True).all_steps() == [step]
 
 
 # ------------------------------------------------------------------------------ bad user data

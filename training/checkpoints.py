@@ -10,8 +10,8 @@ other array shapes and failed saves. No pickle: arrays are tensorstore, the rest
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import hashlib
 import json
 import logging
 import os
@@ -39,11 +39,28 @@ STATE_ITEM = 'state'
 _SMALL_FILE = 1 << 20  # files up to this size are hashed even by the quick check
 
 
+# orbax's routine warnings: a save without a validation accuracy (simply not a candidate for the
+# best), and a read-only manager (evaluation) not saving.
+_NOISE = ('did not provide metrics', 'read_only=True, setting', 'Given directory is read only')
+
+
+@contextlib.contextmanager
+def _silenced(logger: logging.Logger = logging.getLogger('absl')):
+  """No library log records while orbax tries a checkpoint that may be corrupt: the caller
+  reports the outcome in one line."""
+  level = logger.level
+  logger.setLevel(logging.CRITICAL)
+  try:
+    yield
+  finally:
+    logger.setLevel(level)
+
+
 def _quiet_orbax_logs(record: logging.LogRecord) -> bool:
-  """Drops orbax's warning for each save without a validation accuracy (simply not a candidate for
-  the best), and below ``--verbosity=1`` the tracebacks its threads log when a save fails (raised
-  as ``CheckpointSaveError``, one paragraph)."""
-  if 'did not provide metrics' in str(record.msg):
+  """Drops ``_NOISE``, and below ``--verbosity=1`` the tracebacks orbax's threads log when a save
+  fails (raised as ``CheckpointSaveError``, one paragraph)."""
+  message = str(record.msg)
+  if any(text in message for text in _NOISE):
     return False
   if (record.exc_info and '/orbax/' in (record.pathname or '')
       and absl_logging.get_verbosity() < absl_logging.INFO):
@@ -78,17 +95,12 @@ class CheckpointSaveError(CheckpointError):
   """Writing a checkpoint failed (e.g. the disk is full)."""
 
 
-def _sha256(path: str) -> str:
-  with open(path, 'rb') as f:
-    return hashlib.file_digest(f, 'sha256').hexdigest()
-
-
 def write_manifest(step_dir: str) -> None:
   """Writes the size and SHA-256 of every file of a complete step directory (atomically)."""
   rels = sorted(os.path.relpath(os.path.join(root, name), step_dir)
                 for root, _, names in os.walk(step_dir) for name in names)
   files = {rel: {'size': os.path.getsize(os.path.join(step_dir, rel)),
-                 'sha256': _sha256(os.path.join(step_dir, rel))}
+                 'sha256': storage.sha256(os.path.join(step_dir, rel))}
            for rel in rels if rel != MANIFEST_FILE and not rel.startswith(MANIFEST_FILE + '.tmp')}
   storage.write_json(os.path.join(step_dir, MANIFEST_FILE), {'version': 1, 'files': files})
 
@@ -113,7 +125,7 @@ def verify(step_dir: str, *, full: bool = True) -> str | None:
     size = os.path.getsize(file_path)
     if size != expected['size']:
       return f'the file {rel} has {size} bytes instead of {expected["size"]} (truncated?)'
-    if (full or size <= _SMALL_FILE) and _sha256(file_path) != expected['sha256']:
+    if (full or size <= _SMALL_FILE) and storage.sha256(file_path) != expected['sha256']:
       return f'the file {rel} does not match its SHA-256 checksum (garbled)'
   return None
 
@@ -246,11 +258,21 @@ class Checkpointer:
       raise CorruptCheckpointError(step, reason, self.directory)
     self.check_compatible(step, abstract_state)
     try:
-      restored = self.manager.restore(
-          step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state)))
+      with _silenced():
+        restored = self.manager.restore(
+            step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state)))
     except Exception as e:  # pylint: disable=broad-except
       raise CorruptCheckpointError(step, f'orbax cannot read it ({type(e).__name__}: '
                                    f'{" ".join(str(e).split())[:300]})', self.directory) from e
+    if not os.path.exists(os.path.join(self.step_dir(step), MANIFEST_FILE)):
+      # Nothing to check the bytes against (killed right after the save): orbax read them, and
+      # garbled floats show as NaN/Inf; from now on the manifest checks them.
+      if not all(np.isfinite(x).all() for x in jax.tree.leaves(restored[STATE_ITEM])
+                 if jax.numpy.issubdtype(x.dtype, jax.numpy.floating)):
+        raise CorruptCheckpointError(step, 'it has no manifest and holds NaN/Inf values',
+                                     self.directory)
+      if not self.read_only and jax.process_index() == 0:
+        write_manifest(self.step_dir(step))
     return restored[STATE_ITEM]
 
   def restore_first_intact(self, steps: list[int], abstract_state: Any) -> tuple[int, Any]:

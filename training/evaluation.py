@@ -48,9 +48,9 @@ def evaluate_workdir(workdir: str, *, checkpoint: str = 'best', split: str = 'te
                      eval_lengths: Sequence[int] = ()) -> dict[str, Any]:
   """Evaluates a checkpoint ('best' by validation accuracy, 'latest' or a step) of ``workdir``:
   ``split`` at the training length, then each of ``eval_lengths`` on the dataset's split for
-  that length. Returns per-seed accuracies, also written to ``eval.json``, the only change to the
-  workdir (a corrupt checkpoint is skipped, not moved), so a running workdir can be evaluated."""
-  workdir = os.path.abspath(os.path.expanduser(workdir))
+  that length. Returns per-seed accuracies; nothing in the workdir changes (a corrupt checkpoint
+  is skipped, not moved), so a running workdir can be evaluated."""
+  workdir = validation.check_workdir(workdir)
   which = parse_checkpoint(checkpoint)
   config = validation.load_config(workdir)
   _check_lengths(config, eval_lengths)
@@ -68,8 +68,20 @@ def evaluate_workdir(workdir: str, *, checkpoint: str = 'best', split: str = 'te
              'position': config.model.position, 'attention': config.model.attention,
              'train_length': config.data.max_length,
              'eval': exp.evaluate_lengths(state.params, splits)}
-  storage.write_json(os.path.join(workdir, EVAL_FILE), results)
   return results
+
+
+def write_results(results: dict[str, Any], path: str | None) -> str:
+  """Writes ``results`` to ``path`` (default: the workdir's eval.json); returns the path."""
+  path = os.path.abspath(path or os.path.join(results['workdir'], EVAL_FILE))
+  try:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    storage.write_json(path, results)
+  except OSError as e:
+    raise ValueError(f'The results are printed above, but writing them to {path} failed '
+                     f'({type(e).__name__}: {e}); pass --output=PATH to write them elsewhere.'
+                     ) from None
+  return path
 
 
 def _check_lengths(config: ml_collections.ConfigDict, eval_lengths: Sequence[int]) -> None:

@@ -4,6 +4,8 @@ model, the optimizer, the mesh, the jitted steps and their shardings."""
 from __future__ import annotations
 
 import functools
+import math
+import os
 from typing import Any, Iterable, Iterator
 
 import jax
@@ -18,6 +20,14 @@ from training import optim
 from training import partitioning
 from training import steps as steps_lib
 from training import validation
+
+
+def _device_memory() -> float:
+  """Bytes of memory of one local device (host RAM shared by the CPU devices)."""
+  stats = jax.local_devices()[0].memory_stats() or {}
+  if 'bytes_limit' in stats:
+    return float(stats['bytes_limit'])
+  return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / jax.local_device_count()
 
 
 class Experiment:
@@ -95,9 +105,31 @@ class Experiment:
 
   def eval_batches(self, split: str, max_length: int | None = None
                    ) -> Iterator[dict[str, np.ndarray]]:
-    size = self.config.train.eval_batch_size
+    size = self.eval_batch_size(max_length or self.info.eval_splits.get(
+        split, self.info.train_length))
     return self.dataset.eval_batches(split, global_batch_size=size, max_length=max_length,
                                      **self._shard(size))
+
+  def eval_batch_size(self, length: int) -> int:
+    """``train.eval_batch_size``, halved while a batch's activations at ``length`` tokens would
+    take more than half a device's memory (long evaluation lengths run in smaller batches);
+    ValueError if one example per device does not fit."""
+    cfg, devices = self.model_config, partitioning.data_parallel_size(self.mesh)
+    unit = math.lcm(devices, jax.process_count())
+    per_token = 16 * cfg.hidden_size + cfg.mlp_dim  # hidden states and feed-forward, float32
+    if cfg.attention == 'softmax':  # logits, probabilities and a temporary per head
+      per_token += 3 * cfg.num_heads * length
+    per_example = 4 * len(self.seeds) * length * per_token
+    size = self.config.train.eval_batch_size
+    while size > unit and size // devices * per_example > _device_memory() / 2:
+      size = max(unit, size // 2 // unit * unit)
+    if size // devices * per_example > _device_memory() / 2:
+      raise ValueError(
+          f'Evaluating at {length} tokens needs about {per_example / 2**30:.1f} GiB per example '
+          f'({cfg.attention} attention, {len(self.seeds)} seed(s)), more than half of the '
+          f'{_device_memory() / 2**30:.0f} GiB of a device here. Evaluate at shorter lengths, '
+          'or train with model.attention=linear, whose memory grows linearly with the length.')
+    return size
 
   def evaluate(self, params, batches: Iterable[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     """Per-seed loss and accuracy over every example of ``batches`` (sums reduced on host)."""

@@ -94,6 +94,9 @@ class RunWriter:
     self.console = ConsoleWriter(num_steps)
     self.tb = []
     if self.active:
+      if resume_step and not os.path.exists(self.path):
+        console(f'{self.path} is missing: the metrics restart at step {resume_step + 1}; the '
+                'records of the earlier steps are lost.', warning=True)
       kept = [r for r in read_metrics(workdir) if r['step'] <= resume_step]
       storage.write_atomically(self.path, ''.join(_line(r) for r in kept))
       self.tb = [metric_writers.SummaryWriter(os.path.join(workdir, 'tb', f'seed_{seed}'))

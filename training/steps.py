@@ -27,7 +27,8 @@ class TrainState(flax.struct.PyTreeNode):
     step: int32 [N], train steps taken (identical across seeds).
     params: the model parameters, a pure nested dict of [N, ...] arrays.
     key: uint32 [N, 2], each seed's base PRNG key; step t's dropout key is fold_in(key, t).
-    skipped: int32 [N], updates skipped because the loss or gradients were not finite.
+    skipped: int32 [N], updates skipped because the loss, the gradients or the updated
+      parameters were not finite.
   """
 
   step: jax.Array
@@ -69,7 +70,9 @@ def make_step_fns(train_graphdef: nnx.GraphDef, eval_graphdef: nnx.GraphDef,
       grad_norm = optax.global_norm(grads)
       updates, opt_state = tx.update(grads, state.opt_state, state.params)
       params = optax.apply_updates(state.params, updates)
-    finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+    # The updated parameters too: a finite gradient times a huge learning rate overflows.
+    finite = (jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+              & jnp.isfinite(optax.global_norm(params)))
     skipped = state.skipped
     if skip_nonfinite:
       keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)

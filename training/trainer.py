@@ -38,8 +38,9 @@ def setup_runtime(config: ml_collections.ConfigDict, *, quiet: bool = True) -> N
   if quiet:
     logging.set_verbosity(logging.WARNING)
     tfds.disable_progress_bar()
-  if config.train.compilation_cache_dir:
-    path = os.path.expanduser(config.train.compilation_cache_dir)
+  cache = config.get('train', {}).get('compilation_cache_dir')  # validated later, with the rest
+  if cache:
+    path = os.path.expanduser(cache)
     jax.config.update('jax_compilation_cache_dir', path)
     jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.5)
 
@@ -59,12 +60,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   """Trains, evaluates periodically, checkpoints, resumes; returns the run summary (also
   ``summary.json``: per-seed accuracy on every evaluation split). The workdir is locked for the
   run's duration: a second run on it refuses to start."""
-  workdir = os.path.abspath(os.path.expanduser(workdir))
   mesh = validation.validate(config, workdir)
+  workdir = os.path.abspath(os.path.expanduser(workdir))
   os.makedirs(workdir, exist_ok=True)
   with workdir_lib.lock(workdir, jax.process_index()), contextlib.ExitStack() as stack:
-    run, state = _setup(config, workdir, mesh, stack)
+    # Before the setup: a SIGTERM while the data is prepared or the step compiles is honoured
+    # at the first step (saved there, exit 0), not the default kill (exit 143).
     watcher = stack.enter_context(preemption.Watcher())
+    run, state = _setup(config, workdir, mesh, stack)
     state, last_eval = _train(run, state, watcher)
     return _summarize(run, state, last_eval)
 
@@ -78,7 +81,7 @@ def _setup(config: ml_collections.ConfigDict, workdir: str, mesh: jax.sharding.M
   stack.callback(ckpt.close)
   start, state = ckpt.restore_latest(exp.abstract_with_shardings())
   # Written once the workdir's checkpoints are accepted: a refused workdir is left as it was.
-  validation.save_config(config, workdir)
+  validation.save_config(config, workdir, resumed=bool(start))
   if start:
     console(f'Resumed from step {start} in {workdir}.')
   else:
@@ -106,7 +109,7 @@ class _TrainLog:
     if not np.all(m['finite']) and not t.skip_nonfinite:
       steps = run.ckpt.all_steps()
       raise NonFiniteLossError(
-          f'Loss or gradients became NaN/Inf at step {step} (seeds '
+          f'Loss, gradients or updated parameters became NaN/Inf at step {step} (seeds '
           f'{[s for s, f in zip(run.exp.seeds, m["finite"]) if not f]}). The last good '
           f'checkpoint (step {steps[-1] if steps else None}) is untouched. Lower '
           'optim.learning_rate, enable optim.grad_clip_norm, or set train.skip_nonfinite=True '
@@ -149,8 +152,9 @@ def _train(run: _Run, state: Any, watcher: preemption.Watcher) -> tuple[Any, dic
       last_eval = exp.evaluate(state.params, exp.eval_batches('validation'))
       run.writer.write(step, {'validation/loss': last_eval['loss'],
                               'validation/accuracy': last_eval['accuracy']})
-    if saved:  # ranked among the best only if evaluated at this step
-      run.ckpt.save(step, state, float(np.mean(last_eval['accuracy'])) if evaluated else None)
+    if saved:  # a candidate for the best only if evaluated at this step, with a finite loss
+      finite = evaluated and np.all(np.isfinite(last_eval['loss']))
+      run.ckpt.save(step, state, float(np.mean(last_eval['accuracy'])) if finite else None)
   if pending is not None:
     log.add(*jax.device_get(pending))
   run.ckpt.wait()

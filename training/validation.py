@@ -17,10 +17,12 @@ import data
 import models
 import rope
 from data import storage
+from training import checkpoints
 from training import optim
 from training import partitioning
 
 CONFIG_FILE = 'config.json'
+DATA_FILE = 'data_fingerprint.json'
 # Config fields that may change when a run is resumed (everything else must match).
 RESUMABLE_FIELDS = ('train.num_steps', 'train.eval_every', 'train.log_every',
                     'train.checkpoint_every', 'train.keep_checkpoints', 'train.eval_batch_size',
@@ -40,6 +42,8 @@ def model_config(config: ml_collections.ConfigDict, *, vocab_size: int,
 def validate(config: ml_collections.ConfigDict, workdir: str | None = None,
              devices: Sequence[jax.Device] | None = None) -> jax.sharding.Mesh:
   """Checks a run's config (and its workdir, if given); returns the mesh over ``devices``."""
+  if workdir is not None:
+    workdir = check_workdir(workdir)
   check_run_fields(config)
   check_model(config)
   mesh = check_devices(config, devices)
@@ -48,8 +52,45 @@ def validate(config: ml_collections.ConfigDict, workdir: str | None = None,
   return mesh
 
 
+def check_workdir(workdir: str) -> str:
+  """The absolute workdir; ValueError if it is empty or names something that is not a folder."""
+  if not str(workdir).strip():
+    raise ValueError('--workdir is empty: name the folder for the checkpoints, metrics and '
+                     'results, e.g. --workdir=runs/first (a new folder is created).')
+  workdir = os.path.abspath(os.path.expanduser(workdir))
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise ValueError(f'--workdir={workdir} is a file, not a folder: choose a new folder name '
+                     '(it is created) or an existing run\'s folder.')
+  return workdir
+
+
+def _check_groups(config: ml_collections.ConfigDict) -> None:
+  if not isinstance(config, ml_collections.ConfigDict):
+    raise ValueError(f'The config is a {type(config).__name__}, not an ml_collections.ConfigDict: '
+                     'get_config() must return a ConfigDict (see configs/default.py).')
+  missing = [g for g in ('model', 'rope', 'optim', 'data', 'train', 'mesh') if g not in config]
+  if missing:
+    raise ValueError(f'The config has no {", ".join(missing)} group(s): start from '
+                     'configs/default.get_config() and change what differs.')
+
+
+def _check_optimizer(o: ml_collections.ConfigDict) -> None:
+  """Finite hyper-parameters in their ranges (a NaN passes every comparison, so test for it)."""
+  for field, value, ok, rule in (
+      ('learning_rate', o.learning_rate, o.learning_rate > 0, '> 0'),
+      ('b1', o.b1, 0 <= o.b1 < 1, 'in [0, 1)'), ('b2', o.b2, 0 <= o.b2 < 1, 'in [0, 1)'),
+      ('eps', o.eps, o.eps > 0, '> 0'), ('weight_decay', o.weight_decay, o.weight_decay >= 0,
+                                         '>= 0'),
+      ('grad_clip_norm', o.grad_clip_norm, o.grad_clip_norm >= 0, '>= 0 (0: off)'),
+      ('end_lr_factor', o.end_lr_factor, 0 <= o.end_lr_factor <= 1, 'in [0, 1]')):
+    if not (math.isfinite(value) and ok):
+      raise ValueError(f'optim.{field} must be a finite number {rule}, got {value}: fix '
+                       f'--config.optim.{field}.')
+
+
 def check_run_fields(config: ml_collections.ConfigDict) -> None:
   """The train, optim and data fields (what the runs of an ablation share)."""
+  _check_groups(config)
   t, o, d = config.train, config.optim, config.data
   for name in ('num_steps', 'batch_size', 'eval_batch_size', 'eval_every', 'log_every',
                'checkpoint_every', 'keep_checkpoints', 'num_seeds'):
@@ -59,9 +100,7 @@ def check_run_fields(config: ml_collections.ConfigDict) -> None:
   if d.max_length <= 1:
     raise ValueError(f'data.max_length must be > 1 ([CLS] plus at least one token), got '
                      f'{d.max_length}: pass e.g. --config.data.max_length=64.')
-  if o.learning_rate < 0:
-    raise ValueError(f'optim.learning_rate must be >= 0, got {o.learning_rate}: pass the peak '
-                     'learning rate as a positive number, e.g. --config.optim.learning_rate=1e-3.')
+  _check_optimizer(o)
   if o.grad_accum_steps <= 0 or t.num_steps % o.grad_accum_steps:
     raise ValueError(f'train.num_steps={t.num_steps} must be a positive multiple of '
                      f'optim.grad_accum_steps={o.grad_accum_steps}; change one of them.')
@@ -101,27 +140,69 @@ def check_devices(config: ml_collections.ConfigDict,
   return mesh
 
 
+def has_checkpoints(workdir: str) -> bool:
+  """Whether the workdir holds a checkpoint (only then is there a run to resume)."""
+  directory = os.path.join(workdir, checkpoints.CHECKPOINT_DIR)
+  return os.path.isdir(directory) and any(n.isdigit() for n in os.listdir(directory))
+
+
+def config_differences(saved: dict[str, Any], config: ml_collections.ConfigDict,
+                       ignore: Sequence[str] = ()) -> list[str]:
+  """'field: saved X vs now Y' for every dotted field that differs (``ignore`` aside)."""
+  saved, current = _flatten(saved), _flatten(json.loads(config.to_json_best_effort()))
+  return [f'{k}: saved {saved.get(k)!r} vs now {current.get(k)!r}'
+          for k in sorted(set(saved) | set(current))
+          if k not in ignore and saved.get(k) != current.get(k)]
+
+
 def check_resume_compatible(config: ml_collections.ConfigDict, workdir: str) -> None:
-  """Refuses a workdir whose saved config differs in fields that shape the run."""
-  path = os.path.join(workdir, CONFIG_FILE)
-  if not os.path.exists(path):
+  """Refuses to resume a run whose saved config differs in fields that shape it, or whose data
+  files changed. A workdir without checkpoints has nothing to resume and takes any config."""
+  if not has_checkpoints(workdir):
     return
-  saved = _flatten(_read_json(path))
-  current = _flatten(json.loads(config.to_json_best_effort()))
-  differing = sorted(k for k in set(saved) | set(current)
-                     if k not in RESUMABLE_FIELDS and saved.get(k) != current.get(k))
-  if differing:
-    details = ', '.join(f'{k}: saved {saved.get(k)!r} vs now {current.get(k)!r}'
-                        for k in differing)
-    raise ValueError(f'The workdir {workdir} holds a run with a different config ({details}). '
-                     'Use a new --workdir, or the saved settings to resume.')
+  path = os.path.join(workdir, CONFIG_FILE)
+  if os.path.exists(path):
+    differing = config_differences(_read_json(path), config, RESUMABLE_FIELDS)
+    if differing:
+      raise ValueError(f'The workdir {workdir} holds a run with a different config '
+                       f'({", ".join(differing)}). Use a new --workdir, or the saved settings '
+                       'to resume.')
+  path = os.path.join(workdir, DATA_FILE)
+  if os.path.exists(path):
+    changed = data_changes(_read_json(path), config.data)
+    if changed:
+      raise ValueError(f'The data of the run in {workdir} changed since it started: '
+                       f'{"; ".join(changed)}. Resuming would train on other examples: restore '
+                       'the file(s), or use a new --workdir.')
 
 
-def save_config(config: ml_collections.ConfigDict, workdir: str) -> None:
-  """Writes the resolved config into the workdir (process 0)."""
-  if jax.process_index() == 0:
-    storage.write_json(os.path.join(workdir, CONFIG_FILE),
-                       json.loads(config.to_json_best_effort()))
+def data_fingerprint(data_config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """Size and SHA-256 of each of the user's data files (data.name=files); {} otherwise (TFDS
+  datasets are versioned, the embedded ones generated from fixed seeds)."""
+  if data_config.name != 'files':
+    return {}
+  paths = {p.strip() for key in ('train_files', 'validation_files', 'test_files')
+           for p in data_config[key].split(',') if p.strip()}
+  return {os.path.abspath(p): {'size': os.path.getsize(p), 'sha256': storage.sha256(p)}
+          for p in sorted(paths) if os.path.isfile(p)}
+
+
+def data_changes(saved: dict[str, Any], data_config: ml_collections.ConfigDict) -> list[str]:
+  """What differs between a saved fingerprint and the files now, one phrase per file."""
+  now = data_fingerprint(data_config)
+  return [f'{path} ' + ('is gone' if path not in now else 'is new' if path not in saved else
+                        f'has other content ({saved[path]["size"]} bytes before, '
+                        f'{now[path]["size"]} now)')
+          for path in sorted(set(saved) | set(now)) if saved.get(path) != now.get(path)]
+
+
+def save_config(config: ml_collections.ConfigDict, workdir: str, *, resumed: bool) -> None:
+  """Writes the resolved config, and at a fresh start the data fingerprint (process 0)."""
+  if jax.process_index() != 0:
+    return
+  storage.write_json(os.path.join(workdir, CONFIG_FILE), json.loads(config.to_json_best_effort()))
+  if not resumed:
+    storage.write_json(os.path.join(workdir, DATA_FILE), data_fingerprint(config.data))
 
 
 def load_config(workdir: str) -> ml_collections.ConfigDict:
