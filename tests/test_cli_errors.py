@@ -6,8 +6,10 @@ workdir unchanged. docs/reliability.md lists the cases.
 """
 
 import dataclasses
+import gzip
 import hashlib
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -374,3 +376,27 @@ def test_resume_repairs_and_reports_a_damaged_workdir(trained_workdir, tmp_path)
   ours = [line for line in proc.stderr.splitlines() if 'heckpoint' in line]
   assert any('Checkpoint 4 is corrupt' in line for line in ours), proc.stderr[-3000:]
   assert len(ours) <= 3 and 'Traceback' not in proc.stderr, proc.stderr[-3000:]
+
+
+def test_skip_nonfinite_keeps_no_nan_weights(trained_workdir, tmp_path):
+  """The issue's repro: every update overflows; each is skipped, the run stays finite."""
+  workdir = str(tmp_path / 'skip')
+  proc = run(TRAINED + ('--config.optim.learning_rate=1e38', '--config.optim.grad_clip_norm=0',
+                        '--config.train.skip_nonfinite=True', '--config.train.num_steps=4'),
+             W=workdir, F=trained_workdir[1])
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  with open(os.path.join(workdir, 'summary.json')) as f:
+    summary = json.load(f)
+  assert summary['skipped_updates'] == [3]  # step 1's warmup update is 0 (lr 0): finite
+  assert all(map(math.isfinite, summary['validation_loss']))
+
+
+def test_spreadsheet_and_compressed_files_train(tmp_path):
+  """A gzipped CSV with a byte-order mark and a 200 KiB field trains as written."""
+  path = tmp_path / 'train.csv.gz'
+  with gzip.open(path, 'wb') as f:
+    f.write(b'\xef\xbb\xbftext,label\n"' + b'x' * 200_000 + b'",1\n' +
+            b''.join(f'example {i},{i % 2}\n'.encode() for i in range(30)))
+  proc = run(FILES + ('--config.data.train_files={F}', '--config.train.num_steps=2'),
+             W=str(tmp_path / 'run'), D='', F=str(path))
+  assert proc.returncode == 0, proc.stderr[-3000:]
