@@ -3,8 +3,8 @@
   python benchmarks/attention_impl.py [--size=small] [--length=512] [--batch_size=2] [--rounds=11]
 
 ``model.attention_impl='auto'`` uses the written-out ``models.attention.softmax_attention`` on
-CPU and ``jax.nn.dot_product_attention`` (XLA) elsewhere. The CPU choice is kept only while it
-pays more than 10% end to end: this script builds the project's train step (forward, backward,
+CPU and ``jax.nn.dot_product_attention`` (XLA) elsewhere. The CPU choice is kept only while the
+library call is slower there end to end, for every scheme timed: this script builds the project's train step (forward, backward,
 AdamW) with ``explicit`` and with ``xla`` for a scheme without a bias (rotary) and one with a
 bias (alibi), times them round-robin and reports xla / explicit per scheme.
 
@@ -33,7 +33,7 @@ flags.DEFINE_list('schemes', ['rotary', 'alibi'], 'Position schemes.')
 flags.DEFINE_string('json', None, 'Write the figures here (for run_all.py).')
 FLAGS = flags.FLAGS
 
-GOAL = 1.10  # the written-out form stays the CPU default only if xla / explicit exceeds this
+GOAL = 1.0  # the written-out form stays the CPU default only if xla / explicit exceeds this
 
 
 def main(_):

@@ -44,7 +44,7 @@ FLAGS = flags.FLAGS
 BENCHMARKS = {
     'scheme_cost': ('scheme_cost.py', ['--rounds=21', '--repeats=2'],
                     ['--size=tiny', '--length=128', '--batch_size=8', '--rounds=3']),
-    'attention_impl': ('attention_impl.py', ['--rounds=11'],
+    'attention_impl': ('attention_impl.py', ['--rounds=21'],
                        ['--size=tiny', '--length=128', '--batch_size=8', '--rounds=3']),
     'hf_compare': ('hf_compare.py', ['--rounds=11'],
                    ['--size=tiny', '--lengths=128,256', '--tokens=1024', '--rounds=3']),
