@@ -15,6 +15,8 @@ import dataclasses
 import json
 import logging
 import os
+import sys
+import traceback
 from typing import Any
 
 import jax
@@ -54,6 +56,32 @@ def _silenced(logger: logging.Logger = logging.getLogger('absl')):
     yield
   finally:
     logger.setLevel(level)
+
+
+def _from_failed_read(exc_traceback) -> bool:
+  files = [frame.filename for frame in traceback.extract_tb(exc_traceback)]
+  return any('/orbax/' in f for f in files) or any(
+      f.endswith('asyncio/base_events.py') for f in files[-2:])
+
+
+def _drop_failed_read_echoes() -> None:
+  """Once orbax has failed to read a checkpoint (reported in one line), its other pending reads
+  still finish on tensorstore's threads and print each failure: unretrieved coroutine exceptions
+  and callbacks into the closed event loop. Those echoes are dropped for the rest of the run."""
+  unraisable, excepthook = sys.unraisablehook, sys.excepthook
+  if getattr(unraisable, 'drops_failed_reads', False):
+    return
+
+  def quiet_unraisable(u):
+    if not _from_failed_read(u.exc_traceback):
+      unraisable(u)
+
+  def quiet_excepthook(kind, value, tb):
+    if not _from_failed_read(tb):
+      excepthook(kind, value, tb)
+
+  quiet_unraisable.drops_failed_reads = True
+  sys.unraisablehook, sys.excepthook = quiet_unraisable, quiet_excepthook
 
 
 def _quiet_orbax_logs(record: logging.LogRecord) -> bool:
@@ -262,6 +290,7 @@ class Checkpointer:
         restored = self.manager.restore(
             step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state)))
     except Exception as e:  # pylint: disable=broad-except
+      _drop_failed_read_echoes()
       raise CorruptCheckpointError(step, f'orbax cannot read it ({type(e).__name__}: '
                                    f'{" ".join(str(e).split())[:300]})', self.directory) from e
     if not os.path.exists(os.path.join(self.step_dir(step), MANIFEST_FILE)):
