@@ -60,6 +60,7 @@ def hf_model(cfg, max_length: int):
 def hf_steps(model, tx, schedule):
   """HF train and eval steps with exactly the body of ``training.steps.make_step_fns``."""
   import optax  # pylint: disable=g-import-not-at-top
+  from training import optim  # pylint: disable=g-import-not-at-top
   from training import steps  # pylint: disable=g-import-not-at-top
 
   def logits_fn(params, batch, dropout_key):
@@ -77,10 +78,11 @@ def hf_steps(model, tx, schedule):
     grad_norm = optax.global_norm(grads)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+    finite = (jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+              & jnp.isfinite(optax.global_norm(params)))
     new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
-    metrics = dict(sums, grad_norm=grad_norm, finite=finite,
-                   learning_rate=schedule(state.step), skipped=state.skipped)
+    metrics = dict(sums, grad_norm=grad_norm, finite=finite, skipped=state.skipped,
+                   learning_rate=optim.peak_learning_rate(state.opt_state) * schedule(state.step))
     return new_state, metrics
 
   def eval_step(params, batch):

@@ -1,10 +1,12 @@
-"""Seeds trained together (one vmapped, jitted step) vs one by one.
+"""Seeds trained in one step (vmapped, or looped inside the step) vs one by one.
 
   python benchmarks/seeds_bench.py [--seeds=3] [--size=tiny] [--batch_size=32] [--length=64]
 
-Builds the real train step of ``training.experiment.Experiment`` for S seeds and for 1 seed, and prints,
-measured side by side in one run: time per step of the S-seed step, S x the 1-seed step, the
-speed-up, and the compile time of each.
+Builds the real train step of ``training.experiment.Experiment`` for S seeds with
+``train.members='vmap'`` and ``'loop'``, and for 1 seed, and prints, measured side by side in one
+run: time per step of each S-seed step, S x the 1-seed step, the speeds, and the compile times.
+``train.members='auto'`` takes the loop on CPU (one member's activations at a time) and vmap
+elsewhere; these figures say what that costs.
 """
 
 from __future__ import annotations
@@ -34,11 +36,12 @@ flags.DEFINE_string('json', None, 'Write the figures here (for run_all.py).')
 FLAGS = flags.FLAGS
 
 
-def build(num_seeds: int, workdir: str, data_dir: str):
+def build(num_seeds: int, members: str, workdir: str, data_dir: str):
   c = default.get_config()
   c.model.size = FLAGS.size
   c.model.position = FLAGS.position
   c.train.num_seeds = num_seeds
+  c.train.members = members
   c.train.batch_size = FLAGS.batch_size
   c.data.max_length = FLAGS.length
   c.data.data_dir = data_dir
@@ -58,42 +61,45 @@ def build(num_seeds: int, workdir: str, data_dir: str):
 
 
 def main(_):
+  n = FLAGS.seeds
   with tempfile.TemporaryDirectory() as tmp:
     data_dir = FLAGS.data_dir or os.path.join(tmp, 'tfds')
-    together, compile_s = build(FLAGS.seeds, os.path.join(tmp, 'a'), data_dir)
-    alone, compile_1 = build(1, os.path.join(tmp, 'b'), data_dir)
+    built = {mode: build(n, mode, os.path.join(tmp, mode), data_dir) for mode in ('vmap', 'loop')}
+    alone, compile_1 = build(1, 'vmap', os.path.join(tmp, 'one'), data_dir)
 
     def one_by_one():
-      for _ in range(FLAGS.seeds):
+      for _ in range(n):
         out = alone()
       return out
 
-    t = common.time_fns({'together': together, 'one_by_one': one_by_one},
-                        repeats=FLAGS.repeats)
+    t = common.time_fns({'vmap': built['vmap'][0], 'loop': built['loop'][0],
+                         'one_by_one': one_by_one}, repeats=FLAGS.repeats)
+  speed = {mode: t['one_by_one'] / t[mode] for mode in ('vmap', 'loop')}
+  rows = [[f'{n} seeds vmapped in one step', f'{t["vmap"] * 1e3:.2f} ms'],
+          [f'{n} seeds looped inside one step', f'{t["loop"] * 1e3:.2f} ms'],
+          [f'{n} x single-seed step', f'{t["one_by_one"] * 1e3:.2f} ms'],
+          ['speed vs one by one: vmap / loop', f'{speed["vmap"]:.2f}x / {speed["loop"]:.2f}x'],
+          ['compile: vmap / loop / single-seed',
+           f'{built["vmap"][1]:.1f} s / {built["loop"][1]:.1f} s / {compile_1:.1f} s']]
   print(f'machine: {common.machine()}')
-  print(f'{FLAGS.size} {FLAGS.position}, batch {FLAGS.batch_size} x length {FLAGS.length}, '
-        f'{FLAGS.seeds} seeds')
-  print(f'{"measurement":<46} {"ms":>9}')
-  print(f'{"vmapped step, " + str(FLAGS.seeds) + " seeds":<46} {t["together"] * 1e3:9.2f}')
-  print(f'{str(FLAGS.seeds) + " x single-seed step":<46} {t["one_by_one"] * 1e3:9.2f}')
-  print(f'{"speed-up (one by one / vmapped)":<46} {t["one_by_one"] / t["together"]:9.2f}x')
-  print(f'{"compile: vmapped step / single-seed step":<46} {compile_s:6.1f}s / {compile_1:.1f}s '
-        f'(one compile instead of {FLAGS.seeds} processes x {compile_1:.1f}s)')
-  speed = t['one_by_one'] / t['together']
+  print(f'{FLAGS.size} {FLAGS.position}, batch {FLAGS.batch_size} x length {FLAGS.length}')
+  for name, value in rows:
+    print(f'{name:<46} {value:>16}')
   common.write_json(FLAGS.json, {
-      'title': 'Seeds trained together (vmapped) vs one by one',
+      'title': 'Members (seeds) in one step, vmapped or looped, vs one by one',
       'setup': f'{FLAGS.size} {FLAGS.position}, batch {FLAGS.batch_size} x length '
-               f'{FLAGS.length}, {FLAGS.seeds} seeds, real `Experiment` train step; median of '
-               f'5 interleaved rounds of {FLAGS.repeats} steps',
-      'figures': [common.figure(f'{FLAGS.seeds} seeds vmapped: speed vs one by one', speed,
-                                detail='reported (> 1 means vmapping is faster)'),
-                  common.figure('compile: vmapped step', compile_s, unit='s',
+               f'{FLAGS.length}, {n} seeds, real `Experiment` train step '
+               '(`train.members=vmap|loop`); median of 5 interleaved rounds of '
+               f'{FLAGS.repeats} steps',
+      'figures': [common.figure(f'{n} seeds vmapped: speed vs one by one', speed['vmap'],
+                                goal='>= 1', met=speed['vmap'] >= 1),
+                  common.figure(f'{n} seeds looped in one step: speed vs one by one',
+                                speed['loop'], goal='>= 0.95 (train.members=auto takes it on '
+                                'CPU)', met=speed['loop'] >= 0.95),
+                  common.figure('compile: vmapped step', built['vmap'][1], unit='s',
                                 detail=f'single-seed step {compile_1:.1f} s')],
       'header': ['measurement', 'value'],
-      'rows': [[f'vmapped step, {FLAGS.seeds} seeds', f'{t["together"] * 1e3:.2f} ms'],
-               [f'{FLAGS.seeds} x single-seed step', f'{t["one_by_one"] * 1e3:.2f} ms'],
-               ['speed-up (one by one / vmapped)', f'{speed:.2f}x'],
-               ['compile: vmapped / single-seed', f'{compile_s:.1f} s / {compile_1:.1f} s']]})
+      'rows': rows})
 
 
 if __name__ == '__main__':

@@ -62,7 +62,9 @@ def _model() -> ml_collections.ConfigDict:
   m.shaw_max_distance = 16  # Shaw et al. (2018): relative distances clipped at +-k.
   m.shaw_values = False  # Shaw: also add relative representations to values.
   m.t5_num_buckets = 32  # T5 bias: number of buckets (bidirectional: half per direction).
-  m.t5_max_distance = 128  # T5 bias: distance beyond which all share the last bucket.
+  # T5 bias: distance beyond which all share the last bucket: the training length (data.max_length)
+  # so that every bucket is trained; the T5 paper's value is 128.
+  m.t5_max_distance = 64
   m.linear_feature_map = 'elu+1'  # Linear attention feature map phi: 'elu+1' or 'relu'.
 
   return m
@@ -71,6 +73,11 @@ def _model() -> ml_collections.ConfigDict:
 def _optim() -> ml_collections.ConfigDict:
   o = ml_collections.ConfigDict()
   o.learning_rate = 1e-3  # Peak learning rate.
+  # Peak learning rates trained together in one vmapped run, one member per (rate, seed), e.g.
+  # '3e-4,1e-3,3e-3' (each member its own rate, injected into its optimizer state); '' trains
+  # optim.learning_rate alone.
+  o.learning_rates = ''
+  o.position_lr_multiplier = 1.0  # The position scheme's own parameters learn at this x the rate.
   o.warmup_steps = 50  # Linear warmup steps.
   o.schedule = 'cosine'  # Decay after warmup: 'cosine', 'linear' or 'constant'.
   o.end_lr_factor = 0.0  # Final learning rate as a fraction of the peak.
@@ -105,7 +112,11 @@ def _data() -> ml_collections.ConfigDict:
 def _train() -> ml_collections.ConfigDict:
   t = ml_collections.ConfigDict()
   t.seed = 0  # Seed for parameter init and dropout (data order: data.seed).
-  t.num_seeds = 1  # Train seeds seed, seed+1, ... together in one vmapped step (batches shared).
+  t.num_seeds = 1  # Train seeds seed, seed+1, ... together in one step (batches shared).
+  # How the members (learning rate x seed) share the step: 'vmap' (all in one batched
+  # computation), 'loop' (one after another inside the step, each at single-run speed) or 'auto'
+  # (loop on CPU, where benchmarks/seeds_bench.py measures vmap slower; vmap elsewhere).
+  t.members = 'auto'
   t.batch_size = 32  # Global batch size (split across hosts and data-parallel devices).
   t.num_steps = 300  # Optimizer steps.
   t.eval_every = 100  # Evaluate on the validation split every this many steps (and at the end).
@@ -113,6 +124,7 @@ def _train() -> ml_collections.ConfigDict:
   t.checkpoint_every = 100  # Save a checkpoint every this many steps (and at the end).
   t.keep_checkpoints = 2  # Most recent checkpoints kept (plus the best by validation accuracy).
   t.eval_batch_size = 64  # Global batch size for evaluation.
+  t.eval_max_length = 0  # Evaluate the test splits up to this length at the end (0: all).
   t.skip_nonfinite = False  # On a NaN/Inf loss or gradient: False stops the run; True skips the update and counts it.
   t.compilation_cache_dir = '~/.cache/roformer_jax/xla'  # JAX persistent compilation cache ('' = off).
   return t

@@ -34,8 +34,8 @@ class DatasetInfo:
   """What the model and training loop need to know about a dataset.
 
   ``train_length`` is ``data.max_length`` (with [CLS]); ``eval_splits`` maps each evaluation
-  split to its natural length in tokens (the probes: ``{'validation': 64, 'test': 64, 'test_128':
-  128, 'test_256': 256}``; natural text: ``data.max_length``); ``num_train_examples`` counts all
+  split to its natural length in tokens (the probes: ``{'validation': 64, 'test': 64,
+  'test_96_near': 96, 'test_96_far': 96, ...}``; natural text: ``data.max_length``); ``num_train_examples`` counts all
   hosts.
   """
 
@@ -179,19 +179,19 @@ class Dataset:
         prefetch=self.prefetch)
 
 
-def eval_split_for_length(info: DatasetInfo, length: int) -> str:
-  """The test split to evaluate at ``length`` tokens.
+def eval_splits_for_length(info: DatasetInfo, length: int) -> list[str]:
+  """The test splits to evaluate at ``length`` tokens.
 
-  Datasets with test splits of several lengths (the probes: ``test``, ``test_128``, ...) map a
-  length to the split of exactly that length; other datasets evaluate ``test`` at any length
-  (``eval_batches(..., max_length=length)`` truncates or pads it); ValueError if a dataset has
-  per-length test splits but none of this length.
+  Datasets with test splits of several lengths (the probes: ``test``, ``test_128_near``,
+  ``test_128_far``, ...) map a length to its splits of exactly that length; other datasets
+  evaluate ``test`` at any length (``eval_batches(..., max_length=length)`` truncates or pads
+  it); ValueError if a dataset has per-length test splits but none of this length.
   """
   tests = {split: n for split, n in info.eval_splits.items()
            if split == 'test' or split.startswith('test_')}
-  for split, n in tests.items():
-    if n == length:
-      return split
   if len(tests) == 1:
-    return 'test'
-  raise ValueError(f'{info.name} has test splits of lengths {tests}, none of {length} tokens')
+    return ['test']
+  if chosen := [split for split, n in tests.items() if n == length]:
+    return chosen
+  raise ValueError(f'{info.name} has test splits of lengths {sorted(set(tests.values()))}, none '
+                   f'of {length} tokens')

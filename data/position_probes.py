@@ -18,10 +18,12 @@ Tasks (builder configs; ``data.name = 'position_probes/<task>'``):
   ``Q`` as the near one: this margin makes the task learnable in several hundred steps.
 
 Splits: ``train``, ``validation`` and ``test`` at the training length (64 tokens by default), and
-``test_<2 * length>``, ``test_<4 * length>`` (``test_128``, ``test_256``) with the same rule on
-longer sequences, for length extrapolation. Sizes: 20k train, 2k in every other split. Classes
-are exactly balanced in every split. Every split is generated from its own fixed seed, so the
-data are identical on every machine.
+for length extrapolation, at each of 96, 128, 192, 256, 512 and 1024 tokens with the same rule,
+``test_<n>_near`` (markers within a window of the training width: longer context, seen
+distances) and ``test_<n>_far`` (markers further apart than in any training example). Sizes:
+20k train, 500 validation and test, 500 in each extrapolation split up to 128 tokens, then 32,768
+tokens' worth (170 at 192 tokens ... 32 at 1024). Classes are exactly balanced in every split. Every split is generated from its own fixed seed, so the data are identical on
+every machine.
 """
 
 from __future__ import annotations
@@ -51,54 +53,64 @@ _DESCRIPTIONS = {
 class PositionProbesConfig(tfds.core.BuilderConfig):
   """A probe task (one of ``TASKS``) and its sizes.
 
-  ``length`` counts [CLS], so texts have ``length - 1`` characters; ``extrapolation_factors`` add
-  test splits ``test_<f * length>``; ``threshold`` and ``nearest_ratio`` are the ``distance`` and
-  ``nearest`` rules' parameters; ``num_eval`` is the size of each evaluation split.
+  ``length`` counts [CLS], so texts have ``length - 1`` characters. Each of ``test_lengths``
+  adds two test splits of that length: ``test_<n>_near``, whose markers all lie within a window
+  of the training width (longer context, distances seen in training), and ``test_<n>_far``,
+  whose markers are further apart than any training example's (unseen distances; for
+  ``distance`` the ``far`` class only, as ``near`` is defined by a short distance).
+  ``threshold`` and ``nearest_ratio`` are the ``distance`` and ``nearest`` rules' parameters;
+  ``num_eval`` is the size of the validation and test splits.
   """
 
   task: str = 'order'
   length: int = 64
-  extrapolation_factors: tuple[int, ...] = (2, 4)
+  test_lengths: tuple[int, ...] = (96, 128, 192, 256, 512, 1024)
   threshold: int = 8
   nearest_ratio: int = 2
   num_train: int = 20_000
-  num_eval: int = 1_000
+  num_eval: int = 500
+  # Each extrapolation split holds num_extrapolation examples, fewer beyond extrapolation_tokens
+  # tokens in all: attention's cost grows with the square of the length.
+  num_extrapolation: int = 500
+  extrapolation_tokens: int = 32_768
 
   def split_lengths(self) -> dict[str, int]:
     """Split name -> sequence length in tokens (including [CLS]), training split first."""
     lengths = {'train': self.length, 'validation': self.length, 'test': self.length}
-    for factor in self.extrapolation_factors:
-      lengths[f'test_{factor * self.length}'] = factor * self.length
+    for n in self.test_lengths:
+      lengths[f'test_{n}_near'] = lengths[f'test_{n}_far'] = n
     return lengths
 
 
-def _order(rng: np.random.Generator, chars: np.ndarray, labels: np.ndarray,
-           config: PositionProbesConfig) -> None:
+def _order(rng: np.random.Generator, labels: np.ndarray, width: int,
+           config: PositionProbesConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """(columns [num, markers], their letters [num, markers], the distance that defines the
+  example [num]) for the labels."""
   del config
-  num, width = chars.shape
-  # Two distinct uniform positions, sorted.
+  num = len(labels)
   a = rng.integers(0, width, size=num)
   b = rng.integers(0, width - 1, size=num)
-  b = b + (b >= a)
+  b = b + (b >= a)  # two distinct uniform positions
   first, second = np.minimum(a, b), np.maximum(a, b)
-  chars[np.arange(num), first] = np.where(labels == 1, ord('A'), ord('B'))
-  chars[np.arange(num), second] = np.where(labels == 1, ord('B'), ord('A'))
+  letters = np.where(labels[:, None] == 1, [ord('A'), ord('B')], [ord('B'), ord('A')])
+  return np.stack([first, second], 1), letters, second - first
 
 
-def _distance(rng: np.random.Generator, chars: np.ndarray, labels: np.ndarray,
-              config: PositionProbesConfig) -> None:
-  num, width = chars.shape
+def _distance(rng: np.random.Generator, labels: np.ndarray, width: int,
+              config: PositionProbesConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  num = len(labels)
   near = rng.integers(1, config.threshold + 1, size=num)
   far = rng.integers(config.threshold + 1, width, size=num)
   gap = np.where(labels == 1, near, far)
   start = rng.integers(0, width - gap)  # Uniform on [0, width - gap).
-  chars[np.arange(num), start] = ord('X')
-  chars[np.arange(num), start + gap] = ord('X')
+  # Only the far class's distance is free to be unseen: near is defined by a short one.
+  return (np.stack([start, start + gap], 1), np.full((num, 2), ord('X')),
+          np.where(labels == 1, width, gap))
 
 
-def _nearest(rng: np.random.Generator, chars: np.ndarray, labels: np.ndarray,
-             config: PositionProbesConfig) -> None:
-  num, width = chars.shape
+def _nearest(rng: np.random.Generator, labels: np.ndarray, width: int,
+             config: PositionProbesConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  num = len(labels)
   # Positions of the query and two markers, uniform given that they are distinct and one marker
   # is at least `nearest_ratio` times as far from the query as the other (rejection sampling).
   pos = rng.integers(0, width, size=(num, 3))
@@ -112,29 +124,48 @@ def _nearest(rng: np.random.Generator, chars: np.ndarray, labels: np.ndarray,
     pos[bad] = rng.integers(0, width, size=(int(bad.sum()), 3))
   u_nearer = du < dv
   near, far = np.where(u_nearer, u, v), np.where(u_nearer, v, u)
-  chars[np.arange(num), q] = ord('Q')
-  chars[np.arange(num), near] = np.where(labels == 0, ord('X'), ord('Y'))
-  chars[np.arange(num), far] = np.where(labels == 0, ord('Y'), ord('X'))
+  letters = np.where(labels[:, None] == 0, [ord('Q'), ord('X'), ord('Y')],
+                     [ord('Q'), ord('Y'), ord('X')])
+  return np.stack([q, near, far], 1), letters, np.maximum(du, dv)
 
 
-# Task -> writes its markers into the filler chars (ASCII uint8 [num, width]) for the labels.
+# Task -> (columns, letters, defining distance) of its markers, for the labels and a width.
 _PLACE_MARKERS = {'order': _order, 'distance': _distance, 'nearest': _nearest}
+
+
+def _markers(rng: np.random.Generator, labels: np.ndarray, width: int, split: str,
+             config: PositionProbesConfig) -> tuple[np.ndarray, np.ndarray]:
+  """Marker columns and letters: anywhere in ``width`` characters; for a ``_near`` split within
+  a window of the training width placed anywhere; for a ``_far`` split further apart than the
+  training width allows (redrawn until they are)."""
+  place, train_width = _PLACE_MARKERS[config.task], config.length - 1
+  if split.endswith('_near'):
+    columns, letters, _ = place(rng, labels, train_width, config)
+    return columns + rng.integers(0, width - train_width + 1, size=(len(labels), 1)), letters
+  columns, letters, distance = place(rng, labels, width, config)
+  while split.endswith('_far') and (short := distance < train_width).any():
+    columns[short], letters[short], distance[short] = place(rng, labels[short], width, config)
+  return columns, letters
 
 
 def generate(config: PositionProbesConfig, split: str) -> tuple[list[str], np.ndarray]:
   """Generates one split, deterministically (its seed is a hash of the config and split names):
   texts of ``split_lengths()[split] - 1`` characters and exactly balanced int64 labels."""
   width = config.split_lengths()[split] - 1
-  num = config.num_train if split == 'train' else config.num_eval
+  num = {'train': config.num_train, 'validation': config.num_eval,
+         'test': config.num_eval}.get(
+             split, min(config.num_extrapolation, config.extrapolation_tokens // (width + 1)))
+  num -= num % 2
   rng = np.random.default_rng(zlib.crc32(f'position_probes/{config.name}/{split}'.encode()))
   if config.task not in _PLACE_MARKERS:
     raise ValueError(f'Unknown position probe task {config.task!r}; valid: {TASKS}')
-  if config.task == 'distance' and not 1 <= config.threshold < width - 1:
-    raise ValueError(f'Distance threshold {config.threshold} must be in [1, {width - 1}) for '
-                     f'{width} characters')
+  if config.task == 'distance' and not 1 <= config.threshold < config.length - 2:
+    raise ValueError(f'Distance threshold {config.threshold} must be in [1, '
+                     f'{config.length - 2}) for training texts of {config.length - 1} characters')
   chars = rng.integers(ord('a'), ord('z') + 1, size=(num, width), dtype=np.uint8)  # Filler.
   labels = rng.permutation(np.arange(num) % 2)  # Exactly balanced (up to one), random order.
-  _PLACE_MARKERS[config.task](rng, chars, labels, config)
+  columns, letters = _markers(rng, labels, width, split, config)
+  chars[np.arange(num)[:, None], columns] = letters
   return [row.tobytes().decode('ascii') for row in chars], labels
 
 
@@ -147,10 +178,13 @@ _CITATION = """@misc{position_probes,
 class PositionProbes(tfds.core.GeneratorBasedBuilder):
   """Generated sequences whose label depends only on order and relative position."""
 
-  VERSION = tfds.core.Version('1.1.0')
+  VERSION = tfds.core.Version('2.0.0')
   RELEASE_NOTES = {
       '1.0.0': 'Tasks order, distance and nearest; test splits at 1x, 2x, 4x length.',
       '1.1.0': '1,000 examples per evaluation split (was 2,000): halves evaluation time.',
+      '2.0.0': 'Test splits at 96 to 1024 tokens, each as _near (markers within the training '
+               'width) and _far (unseen distances), 500 examples each up to 128 tokens, then '
+               '32,768 tokens per split; validation and test 500 examples.',
   }
   BUILDER_CONFIGS = [
       PositionProbesConfig(name=task, task=task, description=_DESCRIPTIONS[task]) for task in TASKS

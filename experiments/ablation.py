@@ -101,17 +101,18 @@ def select(cells: list[Cell], only: str) -> list[Cell]:
 
 
 def cell_config(config: ml_collections.ConfigDict, cell: Cell) -> ml_collections.ConfigDict:
-  """The run config of one cell: the base config with only the studied fields changed (a
-  length also sets the ``learned`` table's size, so it covers the training length)."""
+  """The run config of one cell: the base config with only the studied fields changed, and the
+  grid's seeds and learning rates."""
   base = config.to_dict()  # a deep copy
   base.pop('ablation')
   c = ml_collections.ConfigDict(base, type_safe=True)
   c.data.name = cell.dataset
   c.model.position = cell.position
   c.model.attention = cell.attention
-  if cell.max_length:
-    c.data.max_length = c.model.max_length = cell.max_length
+  if cell.max_length:  # also the `learned` table and T5's furthest bucket: the training length
+    c.data.max_length = c.model.max_length = c.model.t5_max_distance = cell.max_length
   c.train.num_seeds = config.ablation.num_seeds
+  c.optim.learning_rates = config.ablation.learning_rates
   return c
 
 

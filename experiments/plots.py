@@ -58,21 +58,18 @@ def plot_learning_curves(path: str, curves, *, title: str) -> None:
   _finish(fig, ax, path, xlabel='train step', ylabel='validation accuracy', title=title)
 
 
-def plot_extrapolation(path: str, runs, *, title: str) -> None:
-  """Test accuracy vs evaluation length per scheme (mean, error bars = std over seeds)."""
-  fig, ax = plt.subplots(figsize=(7, 4))
-  for run in runs:
-    if not run.summary:
-      continue
-    points = sorted((r['length'], r['accuracy']) for r in run.summary['eval'].values()
-                    if 'accuracy' in r)
-    if not points:
-      continue
-    lengths = [p[0] for p in points]
-    acc = [np.asarray(p[1]) for p in points]
-    ax.errorbar(lengths, [a.mean() for a in acc],
-                yerr=[a.std(ddof=1) if a.size > 1 else 0 for a in acc],
-                label=run.position, marker='o', capsize=3)
+def plot_extrapolation(path: str, curves, *, train_length: int, title: str) -> None:
+  """Test accuracy vs evaluation length per scheme and split kind: mean over seeds, error bars
+  the sample std. ``curves``: (label, kind) -> (lengths [K], accuracy [seeds, K]); kind 'near'
+  (markers within the training width) is drawn solid, 'far' (unseen distances) dashed."""
+  fig, ax = plt.subplots(figsize=(8, 4.5))
+  colors = {}
+  for (label, kind), (lengths, acc) in curves.items():
+    color = colors.setdefault(label, f'C{len(colors)}')
+    ax.errorbar(lengths, acc.mean(0), yerr=acc.std(0, ddof=1) if len(acc) > 1 else None,
+                color=color, linestyle='-' if kind == 'near' else '--', marker='o', ms=3,
+                capsize=2, label=f'{label} ({kind})')
+  ax.axvline(train_length, color='grey', lw=0.8)
   ax.set_xscale('log', base=2)
   _finish(fig, ax, path, xlabel='evaluation length (tokens)', ylabel='test accuracy',
           title=title)

@@ -1,9 +1,11 @@
-"""The ablation report: tables per dataset, CSV/JSON of every run, plots.
+"""The ablation report: per dataset, the chosen learning rates, accuracy at the training length
+and beyond it, paired comparisons with the reference scheme on every column, steps to
+threshold, learning and extrapolation curves; CSV/JSON of every member of every run.
 
 Input: run directories, each a ``train_and_evaluate`` workdir (``summary.json``,
-``metrics.jsonl``) or a ``not_applicable.json`` marker written by ``ablate.py``.
-Uncertainty: mean +- sample std over seeds, and for each scheme the difference to the
-reference scheme (``rotary``) with a Welch t-test p-value and 95% confidence interval.
+``metrics.jsonl``) or a ``not_applicable.json`` marker written by ``ablate.py``. A run trains
+(learning rate x seed) members; the report shows each scheme at its chosen rate (the best mean
+validation accuracy, ``trainer.chosen_members``), one value per seed.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ import csv
 import dataclasses
 import io
 import json
-import math
 import os
 import platform
 from typing import Any, Sequence
@@ -21,21 +22,31 @@ import flax
 import jax
 import numpy as np
 import optax
-from scipy import stats
 
 from data import storage
 from experiments import plots
+from experiments import stats
 from training import metrics as metrics_lib
 from training.trainer import SUMMARY_FILE
 
 NOT_APPLICABLE_FILE = 'not_applicable.json'
-CSV_FIELDS = ('run', 'dataset', 'position', 'attention', 'seed', 'split', 'length', 'accuracy',
-              'num_params', 'step_time_s', 'note')
+CSV_FIELDS = ('run', 'dataset', 'position', 'attention', 'seed', 'learning_rate', 'chosen',
+              'split', 'length', 'accuracy', 'num_params', 'step_time_s', 'note')
+THRESHOLDS = (0.9, 0.99)  # of the best validation accuracy any scheme of the dataset reached
+TEST_TEXT = (
+    'Comparisons are paired by seed: seed i of every scheme shares the data order and the '
+    'initial shared parameters, so each comparison uses the per-seed differences, with the '
+    'exact two-sided sign-flip test (it assumes no distribution, and accuracies near 100% are '
+    'far from normal) and a 95% bootstrap interval for the mean difference; p-values are '
+    'Holm-adjusted over the comparisons of each column. With n seeds the smallest possible p is '
+    '2/2^n, and a difference that is the same on every seed is marked "zero variance" (its p is '
+    'that of the sign-flip test, never 0).')
 
 
 @dataclasses.dataclass
 class Run:
-  """One grid cell: a scheme on a dataset (all its seeds)."""
+  """One grid cell: a scheme on a dataset (all its members)."""
+
   name: str
   path: str
   dataset: str
@@ -45,8 +56,24 @@ class Run:
   not_applicable: str | None = None
 
   @property
+  def label(self) -> str:
+    return self.position if self.attention == 'softmax' else f'{self.position} ({self.attention})'
+
+  @property
+  def chosen(self) -> list[int]:
+    """Indices of the members at the chosen learning rate."""
+    return self.summary.get('chosen_members', list(range(len(self.summary['seeds']))))
+
+  @property
   def seeds(self) -> list[int]:
-    return self.summary['seeds'] if self.summary else []
+    return [self.summary['seeds'][i] for i in self.chosen] if self.summary else []
+
+  def accuracy(self, split: str) -> np.ndarray | None:
+    """The chosen members' accuracy on ``split`` (seed order), or None if not evaluated."""
+    if split == 'validation':
+      return np.asarray(self.summary['validation_accuracy'])[self.chosen]
+    result = self.summary['eval'].get(split, {})
+    return np.asarray(result['accuracy']) if 'accuracy' in result else None
 
 
 def load_run(path: str, name: str | None = None) -> Run | None:
@@ -62,108 +89,134 @@ def load_run(path: str, name: str | None = None) -> Run | None:
   return None
 
 
-def welch(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float]:
-  """Mean difference a - b, its 95% CI half-width and the two-sided Welch t-test p-value."""
-  a, b = np.asarray(a, float), np.asarray(b, float)
-  diff = a.mean() - b.mean()
-  if len(a) < 2 or len(b) < 2:
-    return diff, math.nan, math.nan
-  va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
-  se = math.sqrt(va + vb)
-  if se == 0:
-    return diff, 0.0, 1.0 if diff == 0 else 0.0
-  dof = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
-  p = 2 * stats.t.sf(abs(diff) / se, dof)
-  return diff, stats.t.ppf(0.975, dof) * se, p
-
-
-def _mean_std(values: Sequence[float]) -> str:
-  v = np.asarray(values, float)
-  if v.size > 1:
-    return f'{100 * v.mean():.1f} ± {100 * v.std(ddof=1):.1f}'
-  return f'{100 * v.mean():.1f}'
-
-
-def eval_columns(runs: Sequence[Run]) -> list[tuple[str, int]]:
-  """(split, length) columns present in any run, sorted by length."""
+def columns(runs: Sequence[Run]) -> list[tuple[str, int]]:
+  """(split, length) evaluated in any run: validation first, then by length, near before far."""
   cols = {}
   for run in runs:
     if run.summary:
-      for split, r in run.summary['eval'].items():
-        cols[split] = r['length']
-  return sorted(cols.items(), key=lambda kv: (kv[1], kv[0]))
+      cols.update({split: r['length'] for split, r in run.summary['eval'].items()})
+  ordered = sorted(cols.items(), key=lambda kv: (kv[1], not kv[0].endswith('near'), kv[0]))
+  length = next((n for s, n in ordered if s == 'test'), None)
+  return [('validation', length)] + ordered
 
 
-def dataset_table(runs: Sequence[Run], reference: str = 'rotary') -> str:
-  """Markdown table for one dataset: one row per scheme; best value per column in bold."""
-  cols = eval_columns(runs)
+def _mean_std(values: np.ndarray | None) -> str:
+  if values is None:
+    return 'n/a'
+  return (f'{100 * values.mean():.1f} ± {100 * values.std(ddof=1):.1f}' if len(values) > 1
+          else f'{100 * values.mean():.1f}')
+
+
+def learning_curve(run: Run) -> tuple[np.ndarray, np.ndarray]:
+  """Steps [T] and the chosen members' validation accuracy [seeds, T] from metrics.jsonl."""
+  rate = run.summary.get('learning_rate')
+  records = [r for r in metrics_lib.read_metrics(run.path) if 'validation/accuracy' in r
+             and r.get('peak_learning_rate', rate) == rate]
+  steps = sorted({r['step'] for r in records})
+  by = {(r['seed'], r['step']): r['validation/accuracy'] for r in records}
+  return np.asarray(steps), np.array([[by.get((s, t), np.nan) for t in steps]
+                                      for s in run.seeds])
+
+
+def steps_to(run: Run, target: float) -> str:
+  """The first evaluated step whose mean validation accuracy reaches ``target``, or 'never'."""
+  steps, acc = learning_curve(run)
+  reached = [int(t) for t, a in zip(steps, np.nanmean(acc, axis=0)) if a >= target]
+  return str(reached[0]) if reached else 'never'
+
+
+def accuracy_table(runs: Sequence[Run], cols: list[tuple[str, int]]) -> str:
+  """Scheme x column: mean ± std over seeds at the chosen rate; best mean per column in bold."""
   done = [r for r in runs if r.summary]
-  ref = next((r for r in done if r.position == reference), None)
-  none_time = next((r.summary['step_time_s'] for r in done
-                    if r.position == 'none' and r.summary.get('step_time_s')), None)
-
-  def acc(run, split):
-    r = run.summary['eval'].get(split) if split != 'validation' else \
-        {'accuracy': run.summary['validation_accuracy']}
-    return None if r is None or 'accuracy' not in r else r['accuracy']
-
-  columns = [('validation', None)] + cols
-  best = {}
-  for split, _ in columns:
-    means = [np.mean(acc(r, split)) for r in done if acc(r, split) is not None]
-    best[split] = max(means) if means else None
-  header = (['scheme', 'seeds'] + [f'{s} acc % (L={n})' if n else 'val acc %' for s, n in columns]
-            + ['params', 'step time / none', f'test Δ vs {reference} (95% CI, p)', 'note'])
+  best = {s: max((r.accuracy(s).mean() for r in done if r.accuracy(s) is not None), default=None)
+          for s, _ in cols}
+  header = ['scheme', 'rate'] + [f'{s} (L={n})' for s, n in cols]
   lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
   for run in runs:
-    name = run.position if run.attention == 'softmax' else f'{run.position} ({run.attention})'
     if run.not_applicable:
-      lines.append('| ' + ' | '.join([name, '0'] + ['n/a'] * (len(columns) + 3) +
-                                     [run.not_applicable.replace('|', '/')]) + ' |')
+      lines.append(f'| {run.label} | n/a | ' + ' | '.join(['n/a'] * len(cols)) + ' |')
       continue
-    cells, notes = [name, str(len(run.seeds))], []
-    for split, _ in columns:
-      a = acc(run, split)
-      if a is None:
-        reason = run.summary['eval'].get(split, {}).get('not_applicable', 'missing')
-        cells.append('n/a')
-        notes.append(f'{split}: {reason.split(";")[0]}')
-        continue
-      text = _mean_std(a)
-      cells.append(f'**{text}**' if np.isclose(np.mean(a), best[split]) else text)
-    cells.append(f'{run.summary["num_params"]:,}')
-    t = run.summary.get('step_time_s')
-    cells.append(f'{t / none_time:.2f}' if t and none_time else 'n/a')
-    if ref is not None and run is not ref and acc(run, 'test') and acc(ref, 'test'):
-      d, ci, p = welch(acc(run, 'test'), acc(ref, 'test'))
-      cells.append(f'{100 * d:+.1f} (± {100 * ci:.1f}, p={p:.2g})' if not math.isnan(ci)
-                   else f'{100 * d:+.1f}')
-    else:
-      cells.append('—')
-    cells.append('; '.join(notes).replace('|', '/'))
-    lines.append('| ' + ' | '.join(cells) + ' |')
+    cells = []
+    for split, _ in cols:
+      acc, text = run.accuracy(split), _mean_std(run.accuracy(split))
+      cells.append(f'**{text}**' if acc is not None and np.isclose(acc.mean(), best[split])
+                   else text)
+    lines.append(f'| {run.label} | {run.summary["learning_rate"]:g} | ' + ' | '.join(cells)
+                 + ' |')
   return '\n'.join(lines)
 
 
+def comparison_table(runs: Sequence[Run], cols: list[tuple[str, int]], reference: str) -> str:
+  """Scheme - reference on every column: mean difference in points [95% CI], Holm p."""
+  ref = next((r for r in runs if r.summary and r.position == reference), None)
+  others = [r for r in runs if r.summary and r is not ref]
+  if ref is None or not others:
+    return f'(no finished `{reference}` run to compare with)'
+  cells = {}
+  for split, _ in cols:
+    pairs = [(r, r.accuracy(split), ref.accuracy(split)) for r in others]
+    results = [stats.paired(a, b) if a is not None and b is not None and len(a) == len(b)
+               else None for _, a, b in pairs]
+    adjusted = stats.holm([res.p if res else float('nan') for res in results])
+    for (run, _, _), res, p in zip(pairs, results, adjusted):
+      cells[run.name, split] = 'n/a' if res is None else (
+          f'{100 * res.mean:+.1f} [{100 * res.low:+.1f}, {100 * res.high:+.1f}] p={p:.2g}'
+          + (' (zero variance)' if res.zero_variance else ''))
+  header = ['scheme'] + [f'{s} (L={n})' for s, n in cols]
+  lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
+  for run in others:
+    lines.append(f'| {run.label} − {reference} | '
+                 + ' | '.join(cells[run.name, s] for s, _ in cols) + ' |')
+  return '\n'.join(lines)
+
+
+def budget_table(runs: Sequence[Run]) -> str:
+  """Steps to 90% / 99% of the best validation accuracy, skipped updates, cost per scheme."""
+  done = [r for r in runs if r.summary]
+  curves = [learning_curve(r)[1] for r in done]
+  best = max((float(np.nanmax(np.nanmean(c, axis=0))) for c in curves if c.size),
+             default=float('nan'))
+  none = next((r.summary['step_time_s'] for r in done if r.position == 'none'), None)
+  header = (['scheme', 'rates tried', 'chosen'] + [f'steps to {t:.0%} of {100 * best:.1f}%'
+                                                   for t in THRESHOLDS]
+            + ['skipped updates', 'params', 'members', 'step time / none',
+               'eval s: validation, test'])
+  lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
+  for run in done:
+    s, t = run.summary, run.summary.get('step_time_s')
+    lines.append(' | '.join([
+        f'| {run.label}', ', '.join(f'{x:g}' for x in sorted(set(s['learning_rates']))),
+        f'{s["learning_rate"]:g}', *[steps_to(run, th * best) for th in THRESHOLDS],
+        str(sum(s['skipped_updates'])), f'{s["num_params"]:,}',
+        f'{len(s["seeds"])} ({s.get("members", "vmap")})',
+        f'{t / none:.2f}' if t and none else 'n/a', _seconds(s)]) + ' |')
+  return '\n'.join(lines)
+
+
+def _seconds(summary: dict[str, Any]) -> str:
+  seconds = summary.get('seconds')
+  return f'{seconds["validation_eval"]:.0f}, {seconds["test_eval"]:.0f}' if seconds else 'n/a'
+
+
 def results_rows(runs: Sequence[Run]) -> list[dict[str, Any]]:
-  """One row per (run, seed, split) for results.csv/json."""
+  """One row per (run, member, split) for results.csv/json (unchosen members: validation only)."""
   rows = []
   for run in runs:
     base = {'run': run.name, 'dataset': run.dataset, 'position': run.position,
             'attention': run.attention}
     if run.not_applicable:
-      rows.append(dict(base, seed=None, split=None, length=None, accuracy=None,
-                       note=run.not_applicable))
+      rows.append(dict(base, note=run.not_applicable))
       continue
     s = run.summary
-    for i, seed in enumerate(s['seeds']):
-      common = dict(base, seed=seed, num_params=s['num_params'], step_time_s=s['step_time_s'])
-      rows.append(dict(common, split='validation', length=None,
-                       accuracy=s['validation_accuracy'][i], note=''))
-      for split, r in s['eval'].items():
-        rows.append(dict(common, split=split, length=r['length'],
-                         accuracy=r['accuracy'][i] if 'accuracy' in r else None,
-                         note=r.get('not_applicable', '')))
+    for i, (seed, rate) in enumerate(zip(s['seeds'], s['learning_rates'])):
+      member = dict(base, seed=seed, learning_rate=rate, chosen=i in run.chosen,
+                    num_params=s['num_params'], step_time_s=s['step_time_s'])
+      rows.append(dict(member, split='validation', accuracy=s['validation_accuracy'][i]))
+      if i in run.chosen:
+        k = run.chosen.index(i)
+        rows += [dict(member, split=split, length=r['length'], note=r.get('not_applicable', ''),
+                      accuracy=r['accuracy'][k] if 'accuracy' in r else None)
+                 for split, r in s['eval'].items()]
   return rows
 
 
@@ -174,31 +227,46 @@ def environment() -> str:
           f'flax {flax.__version__}, optax {optax.__version__}')
 
 
+def _dataset_section(out_dir: str, dataset: str, runs: Sequence[Run], reference: str) -> list[str]:
+  cols, slug = columns(runs), dataset.replace('/', '_')
+  done = [r for r in runs if r.summary]
+  plots.plot_learning_curves(os.path.join(out_dir, f'curves_{slug}.png'),
+                             {r.label: learning_curve(r) for r in done},
+                             title=f'{dataset}: validation accuracy at the chosen rate')
+  curves = {}
+  for run in done:
+    for kind in ('near', 'far'):
+      points = [(n, run.accuracy(s)) for s, n in cols if s == 'test' or s.endswith(kind)]
+      points = [(n, a) for n, a in points if a is not None]
+      if len(points) > 1:
+        curves[run.label, kind] = (np.array([n for n, _ in points]),
+                                   np.stack([a for _, a in points], axis=1))
+  length = cols[0][1]
+  figures = f'![curves](curves_{slug}.png)'
+  if curves:
+    plots.plot_extrapolation(os.path.join(out_dir, f'extrapolation_{slug}.png'), curves,
+                             train_length=length, title=f'{dataset}: accuracy vs length')
+    figures += f' ![extrapolation](extrapolation_{slug}.png)'
+  return [f'## {dataset}', '', 'Test accuracy (%) at the chosen learning rate, mean ± std over '
+          f'seeds; trained at L={length}. `_near`: markers within the training width (longer '
+          'context, seen distances); `_far`: markers further apart than in training (unseen '
+          'distances).', '', accuracy_table(runs, cols), '',
+          f'Paired differences with `{reference}` in accuracy points [95% CI], Holm-adjusted p:',
+          '', comparison_table(runs, cols, reference), '', 'Budget and cost:', '',
+          budget_table(runs), '', figures, '']
+
+
 def write_report(out_dir: str, runs: Sequence[Run], *, command: str, config_json: str,
                  reference: str = 'rotary', extra: str = '') -> str:
   """Writes report.md, results.csv, results.json and the plots into out_dir; returns the md."""
   os.makedirs(out_dir, exist_ok=True)
-  datasets = sorted({r.dataset for r in runs})
-  parts = ['# Position-scheme ablation', '',
-           f'Command: `{command}`', '', f'Machine: {environment()}', '']
-  if extra:
-    parts += [extra, '']
-  parts += ['Accuracy in %, mean ± sample std over seeds; best per column in bold. '
-            f'Δ vs {reference}: difference of mean test accuracy, 95% confidence interval '
-            '(Welch) and two-sided Welch t-test p-value. Step time: each run\'s steady-state '
-            'train-step time relative to `none`, measured run after run on the same machine '
-            '(on a shared machine, differences within ~15% are noise; benchmarks/ measures '
-            'side by side).', '']
-  for ds in datasets:
-    ds_runs = [r for r in runs if r.dataset == ds]
-    parts += [f'## {ds}', '', dataset_table(ds_runs, reference), '']
-    slug = ds.replace('/', '_')
-    curves = {r.position: learning_curve(r) for r in ds_runs if r.summary}
-    plots.plot_learning_curves(os.path.join(out_dir, f'curves_{slug}.png'), curves,
-                               title=f'{ds}: validation accuracy')
-    plots.plot_extrapolation(os.path.join(out_dir, f'extrapolation_{slug}.png'), ds_runs,
-                             title=f'{ds}: accuracy vs evaluation length')
-    parts += [f'![curves](curves_{slug}.png) ![extrapolation](extrapolation_{slug}.png)', '']
+  parts = ['# Position-scheme ablation', '', f'Command: `{command}`', '',
+           f'Machine: {environment()}', '', *([extra, ''] if extra else []), TEST_TEXT, '',
+           'Step time: each run\'s median train-step time relative to `none`, measured run after '
+           'run (benchmarks/ measures side by side).', '']
+  for dataset in sorted({r.dataset for r in runs}):
+    parts += _dataset_section(out_dir, dataset, [r for r in runs if r.dataset == dataset],
+                              reference)
   plots.plot_decay(os.path.join(out_dir, 'rope_decay.png'))
   parts += ['RoPE long-term decay (paper Figure 2) and scaling variants:', '',
             '![decay](rope_decay.png)', '', '## Config', '', '```json', config_json, '```', '']
@@ -212,12 +280,3 @@ def write_report(out_dir: str, runs: Sequence[Run], *, command: str, config_json
   writer.writerows(rows)
   storage.write_atomically(os.path.join(out_dir, 'results.csv'), buf.getvalue())
   return md
-
-
-def learning_curve(run: Run) -> tuple[np.ndarray, np.ndarray]:
-  """Steps [T] and validation accuracy [seeds, T] from the run's metrics.jsonl."""
-  records = [r for r in metrics_lib.read_metrics(run.path) if 'validation/accuracy' in r]
-  steps = sorted({r['step'] for r in records})
-  by = {(r['seed'], r['step']): r['validation/accuracy'] for r in records}
-  acc = np.array([[by.get((s, t), np.nan) for t in steps] for s in run.seeds])
-  return np.asarray(steps), acc

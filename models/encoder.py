@@ -231,8 +231,14 @@ class Classifier(nnx.Module):
 
 
 def init(cfg: ModelConfig, key: jax.Array) -> tuple[nnx.GraphDef, nnx.State]:
-  """(graphdef, params) of a fresh ``Classifier`` (all its state); eager, jit or eval_shape."""
-  return nnx.split(Classifier(cfg, rngs=nnx.Rngs(params=key)), nnx.Param)
+  """(graphdef, params) of a fresh ``Classifier`` (all its state); eager, jit or eval_shape.
+
+  The position scheme's own parameters draw from a stream of their own (``positions``), so the
+  shared parameters (embeddings, encoder layers, head) start identical under every scheme for the
+  same key: an ablation compares schemes from the same start.
+  """
+  rngs = nnx.Rngs(params=key, positions=jax.random.fold_in(key, 1))
+  return nnx.split(Classifier(cfg, rngs=rngs), nnx.Param)
 
 
 def count_params(params: nnx.State) -> int:

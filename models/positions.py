@@ -225,7 +225,7 @@ class Learned(PositionScheme):
   def __init__(self, cfg, *, rngs: nnx.Rngs):
     self.max_length = cfg.max_length
     self.embedding = nnx.Param(
-        cfg.initializer(rngs.params(), (cfg.max_length, cfg.embedding_size), jnp.float32),
+        cfg.initializer(rngs.positions(), (cfg.max_length, cfg.embedding_size), jnp.float32),
         **sharding.param_metadata((None, sharding.EMBED)))
 
   def embed(self, x_BxLxE: jax.Array, positions_BxL: jax.Array) -> jax.Array:
@@ -247,11 +247,11 @@ class ShawHooks(LayerHooks):
     num_relative = 2 * cfg.shaw_max_distance + 1
     metadata = sharding.param_metadata((None, sharding.KV))
     self.key_table = nnx.Param(
-        cfg.initializer(rngs.params(), (num_relative, cfg.head_dim), jnp.float32), **metadata)
+        cfg.initializer(rngs.positions(), (num_relative, cfg.head_dim), jnp.float32), **metadata)
     self.value_table = nnx.data(None)
     if cfg.shaw_values:
       self.value_table = nnx.Param(
-          cfg.initializer(rngs.params(), (num_relative, cfg.head_dim), jnp.float32), **metadata)
+          cfg.initializer(rngs.positions(), (num_relative, cfg.head_dim), jnp.float32), **metadata)
     self.mixes_values = cfg.shaw_values
 
   def bias(self, q_BxLxHxD: jax.Array, ctx: PositionContext) -> jax.Array:
@@ -322,7 +322,7 @@ class T5(PositionScheme):
     self.num_buckets = cfg.t5_num_buckets
     self.max_distance = cfg.t5_max_distance
     self.embedding = nnx.Param(
-        cfg.initializer(rngs.params(), (cfg.t5_num_buckets, cfg.num_heads), jnp.float32),
+        cfg.initializer(rngs.positions(), (cfg.t5_num_buckets, cfg.num_heads), jnp.float32),
         **sharding.param_metadata((None, sharding.HEADS)))
 
   @classmethod

@@ -16,6 +16,7 @@ def tiny_ablation(tfds_dir):
   c.ablation.positions = 'none,rotary'
   c.ablation.attentions = 'softmax'
   c.ablation.num_seeds = 2
+  c.ablation.learning_rates = '1e-3,3e-3'
   c.data.data_dir = tfds_dir
   c.train.num_steps = 8
   c.train.eval_every = 4
@@ -23,6 +24,7 @@ def tiny_ablation(tfds_dir):
   c.train.log_every = 4
   c.optim.warmup_steps = 1
   c.train.compilation_cache_dir = ''
+  c.train.eval_max_length = 128
   return c
 
 
@@ -67,12 +69,13 @@ def test_tiny_ablation_runs_resumes_and_reports(tmp_path, tiny_ablation, trained
   for name in ('report.md', 'results.csv', 'results.json', 'rope_decay.png',
                'curves_position_probes_order.png', 'extrapolation_position_probes_order.png'):
     assert os.path.exists(os.path.join(workdir, name)), name
-  assert '| none | 2 |' in md and '| rotary | 2 |' in md
-  assert 'test_256' in md and 'p=' in md
+  assert '| none | ' in md and '| rotary | ' in md and 'none − rotary' in md
+  assert 'test_128_far (L=128)' in md and 'p=' in md and 'sign-flip' in md
   with open(os.path.join(workdir, 'results.csv')) as f:
     lines = f.read().splitlines()
-  # 2 runs x 2 seeds x (validation + 3 test splits) rows, plus the header.
-  assert len(lines) == 1 + 2 * 2 * 4
+  # 2 runs x 4 members (2 rates x 2 seeds): validation each, and for the 2 chosen members the
+  # test split and the 4 extrapolation splits up to 128 tokens; plus the header.
+  assert len(lines) == 1 + 2 * (4 + 2 * 5)
   # Rebuilding the report needs no training.
   assert ablation.build_report(tiny_ablation, workdir, cells, command='x').startswith('# Position')
   assert len(trained) == 2
@@ -89,8 +92,3 @@ def test_not_applicable_cell_is_reported(tmp_path, tiny_ablation, trained):
   assert 'shaw (linear)' in md
 
 
-def test_welch():
-  d, ci, p = report.welch([0.9, 0.91, 0.92], [0.5, 0.52, 0.51])
-  assert d == pytest.approx(0.4, abs=1e-9) and p < 0.001 and 0 < ci < 0.1
-  d, ci, p = report.welch([0.5, 0.6, 0.7], [0.5, 0.6, 0.7])
-  assert d == 0 and p == pytest.approx(1.0)

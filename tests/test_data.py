@@ -313,15 +313,17 @@ def test_process_rows_make_the_global_batch(tmp_path):
                         process_index=0)
   # TFDS sources read each host's part of the split only (tfds.even_splits).
   tiny = position_probes.PositionProbesConfig(name='tiny', task='nearest', length=16,
-                                              num_train=40, num_eval=10)
+                                              test_lengths=(32, 64), num_train=40, num_eval=10,
+                                              num_extrapolation=10)
   source = sources.embedded_source(position_probes.PositionProbes(config=tiny,
                                                                   data_dir=str(tmp_path)))
   assert {s: source.num_examples(s) for s in source.splits} == {
-      'train': 40, 'validation': 10, 'test': 10, 'test_32': 10, 'test_64': 10}
+      'train': 40, 'validation': 10, 'test': 10, **{
+          f'test_{n}_{kind}': 10 for n in (32, 64) for kind in ('near', 'far')}}
   parts = [source.read('train', i, 3)[0] for i in range(3)]
   assert sorted(len(p) for p in parts) == [13, 13, 14]
   assert sorted(np.concatenate(parts)) == sorted(source.read('train')[0])
-  assert {len(text) for text in source.read('test_64')[0]} == {63}
+  assert {len(text) for text in source.read('test_64_far')[0]} == {63}
 
 
 @pytest.mark.parametrize('count', [2, 3])
@@ -400,7 +402,7 @@ def test_tfds_text_datasets_with_mock_data(tmp_path, name, num_classes):
     # Mock data yield 20 examples for any split.
     test = _take(eval_batches(config, 'test', workdir=None, global_batch_size=8), 10)
     assert len(test) == 3 and sum(b['weight'].sum() for b in test) == 20
-  assert datasets.eval_split_for_length(info, 1024) == 'test'
+  assert datasets.eval_splits_for_length(info, 1024) == ['test']
 
 
 # ---------------------------------------------------------------- position probes
@@ -438,7 +440,7 @@ def _rule(task, text, threshold):
 @pytest.mark.parametrize('task', position_probes.TASKS)
 def test_probes_balanced_correct_and_bag_of_tokens_at_chance(task):
   config = position_probes.PositionProbesConfig(name=task, task=task, num_train=2000,
-                                                num_eval=1000)
+                                                num_eval=1000, num_extrapolation=200)
   markers = {'order': 'AB', 'distance': 'XX', 'nearest': 'QXY'}[task]
   splits = {}
   for split, length in config.split_lengths().items():
@@ -449,9 +451,19 @@ def test_probes_balanced_correct_and_bag_of_tokens_at_chance(task):
       assert len(text) == length - 1 and text.isascii() and text.isalpha()
       assert sorted(c for c in text if c.isupper()) == sorted(markers)
       assert _rule(task, text, config.threshold) == label
-  again_texts, again_labels = position_probes.generate(config, 'test_256')  # Deterministic.
-  assert again_texts == splits['test_256'][0]
-  np.testing.assert_array_equal(again_labels, splits['test_256'][1])
+  again_texts, again_labels = position_probes.generate(config, 'test_256_far')  # Deterministic.
+  assert again_texts == splits['test_256_far'][0]
+  np.testing.assert_array_equal(again_labels, splits['test_256_far'][1])
+  # _near splits keep every marker within the training width; _far ones put the markers that
+  # define the label further apart than any training example.
+  for length in config.test_lengths:
+    for text, label in zip(*splits[f'test_{length}_near']):
+      columns = [i for i, c in enumerate(text) if c.isupper()]
+      assert columns[-1] - columns[0] < config.length - 1
+    for text, label in zip(*splits[f'test_{length}_far']):
+      columns = [i for i, c in enumerate(text) if c.isupper()]
+      if task != 'distance' or label == 0:  # distance: only the far class can be unseen
+        assert columns[-1] - columns[0] >= config.length - 1
   accuracy = _bag_of_tokens_accuracy(splits['train'], splits['test'])
   assert abs(accuracy - 0.5) < 0.06, accuracy
 
@@ -459,17 +471,21 @@ def test_probes_balanced_correct_and_bag_of_tokens_at_chance(task):
 def test_probes_prepared_on_first_use(tmp_path):
   config = _config(name='position_probes/order', data_dir=str(tmp_path))
   info = info_of(config, workdir=None)  # Generates the default dataset (a few seconds).
-  assert os.path.isdir(tmp_path / 'position_probes' / 'order' / '1.1.0')
-  assert info.eval_splits == {'validation': 64, 'test': 64, 'test_128': 128, 'test_256': 256}
+  assert os.path.isdir(tmp_path / 'position_probes' / 'order' / '2.0.0')
+  assert info.eval_splits == {'validation': 64, 'test': 64, **{
+      f'test_{n}_{kind}': n for n in (96, 128, 192, 256, 512, 1024) for kind in ('near', 'far')}}
   assert info.class_names == ('b_before_a', 'a_before_b') and info.num_train_examples == 20_000
-  assert [datasets.eval_split_for_length(info, n) for n in (64, 128, 256)] == [
-      'test', 'test_128', 'test_256']
+  assert [datasets.eval_splits_for_length(info, n) for n in (64, 128)] == [
+      ['test'], ['test_128_near', 'test_128_far']]
   with pytest.raises(ValueError, match='none of 100 tokens'):
-    datasets.eval_split_for_length(info, 100)
-  batches = _take(eval_batches(config, 'test_256', workdir=None, global_batch_size=512), 9)
-  assert len(batches) == 2 and batches[0]['inputs'].shape == (512, 256)
-  assert (batches[0]['inputs'] != tokenizers.PAD_ID).all()  # Exactly 256 tokens.
-  assert sum(b['weight'].sum() for b in batches) == 1000
+    datasets.eval_splits_for_length(info, 100)
+  # 500 examples up to 128 tokens, then 32,768 tokens' worth per split.
+  batches = _take(eval_batches(config, 'test_128_far', workdir=None, global_batch_size=128), 9)
+  assert len(batches) == 2 and batches[0]['inputs'].shape == (128, 128)
+  assert (batches[0]['inputs'] != tokenizers.PAD_ID).all()  # Exactly 128 tokens.
+  assert sum(b["weight"].sum() for b in batches) == 256
+  batches = _take(eval_batches(config, 'test_1024_near', workdir=None, global_batch_size=64), 9)
+  assert sum(b["weight"].sum() for b in batches) == 32
   with pytest.raises(ValueError, match='would cut them'):
     info_of(_config(name='position_probes/order', data_dir=str(tmp_path), max_length=32),
                   workdir=None)

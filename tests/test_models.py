@@ -388,3 +388,22 @@ def test_softmax_attention_matches_the_library(dtype, head_dim):
   tolerance = {'float32': 1e-5, 'bfloat16': 2e-2}[dtype]
   np.testing.assert_allclose(np.asarray(ours, np.float32), np.asarray(library, np.float32),
                              atol=tolerance, rtol=tolerance)
+
+
+def test_every_scheme_starts_from_the_same_shared_parameters():
+  """For one key, embeddings, encoder layers and head are identical whatever the scheme; the
+  scheme's own parameters (learned table, Shaw tables, T5 bias) come from their own stream."""
+  key = jax.random.PRNGKey(5)
+  shared = {}
+  for position in SCHEMES:
+    cfg = make_cfg(position=position, shaw_values=position == 'shaw')
+    params = nnx.to_pure_dict(models.init(cfg, key)[1])
+    flat = {jax.tree_util.keystr(p): np.asarray(v)
+            for p, v in jax.tree_util.tree_leaves_with_path(params)
+            if 'positions' not in jax.tree_util.keystr(p)}
+    shared[position] = flat
+  reference = shared['none']
+  for position, flat in shared.items():
+    assert flat.keys() == reference.keys(), position
+    for name, value in flat.items():
+      np.testing.assert_array_equal(value, reference[name], err_msg=f'{position}: {name}')

@@ -12,16 +12,16 @@ from training import optim
 
 def test_schedule_warmup_then_decay():
   o = default.get_config().optim
-  o.learning_rate, o.warmup_steps, o.end_lr_factor = 1.0, 10, 0.0
+  o.warmup_steps, o.end_lr_factor = 10, 0.0
   for name, mid in (('cosine', 0.5), ('linear', 0.5), ('constant', 1.0)):
     o.schedule = name
-    s = optim.learning_rate_schedule(o, 110)
+    s = optim.schedule_shape(o, 110)
     assert float(s(0)) == 0.0 and float(s(5)) == pytest.approx(0.5)
     assert float(s(10)) == pytest.approx(1.0)
     assert float(s(60)) == pytest.approx(mid, abs=1e-6)
   o.schedule = 'exp'
   with pytest.raises(ValueError, match='cosine, linear, constant'):
-    optim.learning_rate_schedule(o, 10)
+    optim.schedule_shape(o, 10)
 
 
 def test_no_weight_decay_on_biases_layernorm_embeddings():
@@ -50,3 +50,26 @@ def test_gradient_accumulation_equals_large_batch():
   mean = jax.tree.map(lambda a, b: (a + b) / 2, g1, g2)
   want, _ = tx1.update(mean, tx1.init(params), params)
   np.testing.assert_allclose(u2['w']['kernel'], want['w']['kernel'], rtol=1e-6)
+
+
+def test_injected_peak_rate_and_position_multiplier():
+  """A member's rate lives in its optimizer state: AdamW at 3x the rate moves 3x as far; the
+  position scheme's parameters move by their multiplier."""
+  o = default.get_config().optim
+  o.warmup_steps, o.schedule, o.grad_clip_norm = 0, 'constant', 0.0
+  o.weight_decay, o.position_lr_multiplier = 0.0, 10.0
+  params = {'layers': {'kernel': jnp.ones(3)}, 'positions': {'embedding': jnp.ones(3)}}
+  grads = jax.tree.map(lambda x: x * 0.5, params)
+  tx, _ = optim.make_optimizer(o, 10)
+  state = tx.init(params)
+  assert float(optim.peak_learning_rate(state)) == pytest.approx(o.learning_rate)
+  base, _ = tx.update(grads, state, params)
+  faster, _ = tx.update(grads, optim.with_peak_learning_rate(state, 3 * o.learning_rate), params)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(b, 3 * a, rtol=1e-6), base, faster)
+  np.testing.assert_allclose(base['positions']['embedding'], 10 * base['layers']['kernel'],
+                             rtol=1e-6)
+  o.learning_rates = '3e-4, 1e-3'
+  assert optim.learning_rates(o) == [3e-4, 1e-3]
+  o.learning_rates = '1e-3,nan'
+  with pytest.raises(ValueError, match='finite and > 0'):
+    optim.learning_rates(o)

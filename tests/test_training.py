@@ -37,7 +37,9 @@ def test_train_resume_and_eval(tmp_path, run_config):
   assert os.path.exists(os.path.join(workdir, 'checkpoints', '20'))
   assert os.path.exists(os.path.join(workdir, 'config.json'))
   assert os.listdir(os.path.join(workdir, 'tb', 'seed_0'))
-  assert set(summary['eval']) == {'test', 'test_128', 'test_256'}
+  # configs/tiny.py evaluates the test splits up to 128 tokens at the end.
+  assert set(summary['eval']) == {'test', 'test_96_near', 'test_96_far', 'test_128_near',
+                                  'test_128_far'}
   assert 0.0 <= summary['validation_accuracy'][0] <= 1.0
 
   # A second invocation with a longer budget resumes at step 20.
@@ -48,9 +50,10 @@ def test_train_resume_and_eval(tmp_path, run_config):
 
   # eval.py's library function: best checkpoint, extrapolation lengths.
   results = evaluation.evaluate_workdir(workdir, eval_lengths=[128, 256])
-  assert set(results['eval']) == {'test', 'test_128', 'test_256'}
-  assert results['eval']['test_256']['length'] == 256
-  assert 'test_128' in evaluation.format_table(results)
+  assert set(results['eval']) == {'test', 'test_128_near', 'test_128_far', 'test_256_near',
+                                  'test_256_far'}
+  assert results['eval']['test_256_far']['length'] == 256
+  assert 'test_128_near' in evaluation.format_table(results)
 
 
 def test_kill_and_resume_gives_identical_metrics_and_params(tmp_path, run_config, monkeypatch):
@@ -81,9 +84,11 @@ def test_kill_and_resume_gives_identical_metrics_and_params(tmp_path, run_config
   jax.tree.map(np.testing.assert_array_equal, pa, pb)
 
 
-def test_vmapped_seeds_match_separate_runs(tmp_path, run_config):
+@pytest.mark.parametrize('members', ['vmap', 'loop'])
+def test_members_in_one_step_match_separate_runs(tmp_path, run_config, members):
   together = trainer.train_and_evaluate(
-      run_config(**{'train.num_seeds': 2, 'train.num_steps': 10}), str(tmp_path / 'together'))
+      run_config(**{'train.num_seeds': 2, 'train.num_steps': 10, 'train.members': members}),
+      str(tmp_path / 'together'))
   alone = trainer.train_and_evaluate(
       run_config(**{'train.seed': 1, 'train.num_steps': 10}), str(tmp_path / 'alone'))
   assert together['seeds'] == [0, 1]
@@ -128,7 +133,7 @@ def test_command_line_train_eval_and_overrides(tmp_path, tfds_dir):
     assert json.load(f)['model']['position'] == 'alibi'
   proc = run_cli('eval.py', f'--workdir={workdir}', '--eval_lengths=128')
   assert proc.returncode == 0, proc.stderr[-3000:]
-  assert 'test_128' in proc.stdout
+  assert 'test_128_near' in proc.stdout and 'test_128_far' in proc.stdout
   # A misspelt override is an error (lock_config=True), and nothing is written.
   proc = run_cli('train.py', '--config=configs/tiny.py', f'--workdir={tmp_path / "typo"}',
                  '--config.model.positon=alibi')

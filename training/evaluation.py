@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence
 
+import jax
 import ml_collections
 import numpy as np
 
@@ -12,6 +13,7 @@ from data import datasets
 from data import storage
 from training import checkpoints
 from training import partitioning
+from training import trainer
 from training import validation
 from training.experiment import Experiment
 
@@ -64,11 +66,16 @@ def evaluate_workdir(workdir: str, *, checkpoint: str = 'best', split: str = 'te
     step, state = which, ckpt.restore(which, abstract)
   else:
     step, state = ckpt.restore_first_intact(ckpt.ranked_steps(which), abstract)
-  results = {'workdir': workdir, 'step': int(step), 'seeds': exp.seeds,
-             'position': config.model.position, 'attention': config.model.attention,
-             'train_length': config.data.max_length,
-             'eval': exp.evaluate_lengths(state.params, splits)}
-  return results
+  chosen = list(range(len(exp.seeds)))
+  if len(set(exp.learning_rates)) > 1:  # a sweep: its rate chosen on validation, as in training
+    validation_result = exp.evaluate(state.params, exp.eval_batches('validation'))
+    chosen = trainer.chosen_members(exp.learning_rates, validation_result['accuracy'],
+                                    validation_result['loss'])
+  params = jax.tree.map(lambda x: x[np.asarray(chosen)], state.params)
+  return {'workdir': workdir, 'step': int(step), 'seeds': [exp.seeds[i] for i in chosen],
+          'learning_rate': exp.learning_rates[chosen[0]], 'position': config.model.position,
+          'attention': config.model.attention, 'train_length': config.data.max_length,
+          'eval': exp.evaluate_lengths(params, splits)}
 
 
 def write_results(results: dict[str, Any], path: str | None) -> str:
@@ -113,7 +120,7 @@ def _splits(exp: Experiment, split: str, eval_lengths: Sequence[int]) -> list[tu
   splits = [(split, exp.info.train_length)]
   for length in eval_lengths:
     try:
-      splits.append((datasets.eval_split_for_length(exp.info, length), length))
+      splits += [(name, length) for name in datasets.eval_splits_for_length(exp.info, length)]
     except ValueError as e:
       lengths = sorted({n for k, n in exp.info.eval_splits.items() if k.startswith('test')})
       raise ValueError(f'--eval_lengths: {e}. {exp.info.name} is evaluated beyond training '

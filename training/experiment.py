@@ -43,7 +43,11 @@ class Experiment:
     self.info = self.dataset.info
     self.model_config = validation.model_config(
         config, vocab_size=self.info.vocab_size, num_classes=self.info.num_classes)
-    self.seeds = [config.train.seed + i for i in range(config.train.num_seeds)]
+    # The members: every (peak learning rate, seed) pair, seeds innermost.
+    seeds = [config.train.seed + i for i in range(config.train.num_seeds)]
+    rates = optim.learning_rates(config.optim)
+    self.seeds = [seed for _ in rates for seed in seeds]
+    self.learning_rates = [rate for rate in rates for _ in seeds]
     num_updates = config.train.num_steps // config.optim.grad_accum_steps
     self.tx, schedule = optim.make_optimizer(config.optim, num_updates)
     abstract_model = lambda cfg: jax.eval_shape(functools.partial(models.init, cfg),
@@ -54,34 +58,53 @@ class Experiment:
         train_graphdef, eval_graphdef, self.tx, schedule, config.optim.grad_accum_steps,
         config.train.skip_nonfinite)
     rules = partitioning.logical_rules(config.mesh)
-    self.abstract_state = jax.eval_shape(self._init, self._seed_keys())
+    self.abstract_state = jax.eval_shape(self._init, *self._member_inputs())
     self.state_sharding = partitioning.state_shardings(
         self.abstract_state, abstract_params, self.tx, mesh, rules)
     self.batch_sharding = partitioning.batch_sharding(mesh)
+    self.member_mode = self._member_mode(config.train.members, mesh)
     self.train_step, self.eval_step = steps_lib.jit_steps(
         train_step, eval_step, self.state_sharding, self.batch_sharding,
-        partitioning.replicated(mesh), rules)
+        partitioning.replicated(mesh), rules,
+        members_together=1 if self.member_mode == 'loop' else 0)
+
+  @staticmethod
+  def _member_mode(mode: str, mesh: jax.sharding.Mesh) -> str:
+    if mode != 'auto':
+      return mode
+    return 'loop' if mesh.devices.flat[0].platform == 'cpu' else 'vmap'
+
+  @property
+  def members(self) -> list[dict[str, float]]:
+    """Each member's seed, and its peak learning rate when the run trains several."""
+    if len(set(self.learning_rates)) == 1:
+      return [{'seed': seed} for seed in self.seeds]
+    return [{'seed': seed, 'peak_learning_rate': rate}
+            for seed, rate in zip(self.seeds, self.learning_rates)]
 
   @property
   def num_params(self) -> int:
-    """Parameters of one seed's model."""
+    """Parameters of one member's model."""
     return models.count_params(self.abstract_state.params) // len(self.seeds)
 
-  def _seed_keys(self) -> jax.Array:
-    return jnp.stack([jax.random.PRNGKey(s) for s in self.seeds])
+  def _member_inputs(self) -> tuple[jax.Array, jax.Array]:
+    """Each member's PRNG key (from its seed: the same start at every rate) and peak rate."""
+    return (jnp.stack([jax.random.PRNGKey(s) for s in self.seeds]),
+            jnp.asarray(self.learning_rates, jnp.float32))
 
-  def _init(self, keys_Nx2: jax.Array) -> steps_lib.TrainState:
-    def init_one(key):
+  def _init(self, keys_Nx2: jax.Array, rates_N: jax.Array) -> steps_lib.TrainState:
+    def init_one(key, rate):
       init_key, dropout_key = jax.random.split(key)
       params = nnx.to_pure_dict(models.init(self.model_config, init_key)[1])
+      opt_state = optim.with_peak_learning_rate(self.tx.init(params), rate)
       return steps_lib.TrainState(step=jnp.zeros((), jnp.int32), params=params,
-                                  opt_state=self.tx.init(params), key=dropout_key,
+                                  opt_state=opt_state, key=dropout_key,
                                   skipped=jnp.zeros((), jnp.int32))
-    return jax.vmap(init_one)(keys_Nx2)
+    return jax.vmap(init_one)(keys_Nx2, rates_N)
 
   def init_state(self) -> steps_lib.TrainState:
     """Parameters and optimizer state born with their shardings (never whole on one device)."""
-    return jax.jit(self._init, out_shardings=self.state_sharding)(self._seed_keys())
+    return jax.jit(self._init, out_shardings=self.state_sharding)(*self._member_inputs())
 
   def abstract_with_shardings(self) -> Any:
     return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
@@ -107,26 +130,34 @@ class Experiment:
                    ) -> Iterator[dict[str, np.ndarray]]:
     size = self.eval_batch_size(max_length or self.info.eval_splits.get(
         split, self.info.train_length))
+    # As few batches as at this size, as small as they can be: no batch of mostly padding.
+    num, unit = self.dataset.source.num_examples(split), self._eval_unit()
+    size = min(size, math.ceil(num / max(1, math.ceil(num / size)) / unit) * unit)
     return self.dataset.eval_batches(split, global_batch_size=size, max_length=max_length,
                                      **self._shard(size))
+
+  def _eval_unit(self) -> int:
+    """Evaluation batch sizes are multiples of this: every device and process gets rows."""
+    return math.lcm(partitioning.data_parallel_size(self.mesh), jax.process_count())
 
   def eval_batch_size(self, length: int) -> int:
     """``train.eval_batch_size``, halved while a batch's activations at ``length`` tokens would
     take more than half a device's memory (long evaluation lengths run in smaller batches);
     ValueError if one example per device does not fit."""
     cfg, devices = self.model_config, partitioning.data_parallel_size(self.mesh)
-    unit = math.lcm(devices, jax.process_count())
+    unit = self._eval_unit()
     per_token = 16 * cfg.hidden_size + cfg.mlp_dim  # hidden states and feed-forward, float32
     if cfg.attention == 'softmax':  # logits, probabilities and a temporary per head
       per_token += 3 * cfg.num_heads * length
-    per_example = 4 * len(self.seeds) * length * per_token
+    live = 1 if self.member_mode == 'loop' else len(self.seeds)  # members computed at once
+    per_example = 4 * live * length * per_token
     size = self.config.train.eval_batch_size
     while size > unit and size // devices * per_example > _device_memory() / 2:
       size = max(unit, size // 2 // unit * unit)
     if size // devices * per_example > _device_memory() / 2:
       raise ValueError(
           f'Evaluating at {length} tokens needs about {per_example / 2**30:.1f} GiB per example '
-          f'({cfg.attention} attention, {len(self.seeds)} seed(s)), more than half of the '
+          f'({cfg.attention} attention, {live} member(s) at once), more than half of the '
           f'{_device_memory() / 2**30:.0f} GiB of a device here. Evaluate at shorter lengths, '
           'or train with model.attention=linear, whose memory grows linearly with the length.')
     return size

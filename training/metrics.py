@@ -1,7 +1,7 @@
 """Metrics of a run, written by process 0 only, through clu's metric writers: ``metrics.jsonl``
 (one record per step and seed, deterministic numbers only, so a killed and resumed run writes
 exactly the file an uninterrupted one does), TensorBoard scalars under ``workdir/tb/seed_<seed>``
-with clu ``ReportProgress``'s steps/s, and progress lines on stdout (mean over seeds, ETA).
+with clu ``ReportProgress``'s steps/s, and progress lines on stdout (mean over members, ETA).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def read_metrics(workdir: str) -> list[dict[str, Any]]:
 
 
 class ConsoleWriter(metric_writers.LoggingWriter):
-  """Prints each write as one progress line (the mean over seeds), with the ETA from the latest
+  """Prints each write as one progress line (the mean over members), with the ETA from the latest
   steps/s; remembers the steps/s values it saw."""
 
   def __init__(self, num_steps: int):
@@ -83,13 +83,14 @@ class ConsoleWriter(metric_writers.LoggingWriter):
 
 
 class RunWriter:
-  """Per-seed scalars to metrics.jsonl and TensorBoard, their means to the console; steps/s from
-  clu's ``ReportProgress``. A no-op on processes other than 0 (but the console)."""
+  """Per-member scalars to metrics.jsonl and TensorBoard, their means to the console; steps/s
+  from clu's ``ReportProgress``. A member is named by the fields of its records (its seed, and
+  its peak learning rate in a sweep). A no-op on processes other than 0 (but the console)."""
 
-  def __init__(self, workdir: str, seeds: Sequence[int], *, num_steps: int, resume_step: int,
-               log_every: int):
+  def __init__(self, workdir: str, members: Sequence[Mapping[str, Any]], *, num_steps: int,
+               resume_step: int, log_every: int):
     self.path = os.path.join(workdir, METRICS_FILE)
-    self.seeds = list(seeds)
+    self.members = [dict(m) for m in members]
     self.active = jax.process_index() == 0
     self.console = ConsoleWriter(num_steps)
     self.tb = []
@@ -99,23 +100,25 @@ class RunWriter:
                 'records of the earlier steps are lost.', warning=True)
       kept = [r for r in read_metrics(workdir) if r['step'] <= resume_step]
       storage.write_atomically(self.path, ''.join(_line(r) for r in kept))
-      self.tb = [metric_writers.SummaryWriter(os.path.join(workdir, 'tb', f'seed_{seed}'))
-                 for seed in self.seeds]
+      self.tb = [metric_writers.SummaryWriter(os.path.join(workdir, 'tb', '_'.join(
+          f'{k}_{v:g}' if k != 'seed' else f'seed_{v}' for k, v in sorted(m.items()))))
+                 for m in self.members]
     self.progress = periodic_actions.ReportProgress(
         num_train_steps=num_steps, every_steps=log_every, every_secs=None,
         writer=metric_writers.MultiWriter([self.console, *self.tb]))
 
-  def write(self, step: int, per_seed: Mapping[str, np.ndarray]) -> None:
-    """per_seed[name][i] is seed i's value: a JSONL record and TB scalars per seed."""
-    self.console.write_scalars(step, per_seed)
+  def write(self, step: int, per_member: Mapping[str, np.ndarray]) -> None:
+    """per_member[name][i] is member i's value: a JSONL record and TB scalars per member."""
+    self.console.write_scalars(step, per_member)
     if not self.active:
       return
-    records = [dict({k: float(np.asarray(v)[i]) for k, v in per_seed.items()},
-                    step=int(step), seed=int(seed)) for i, seed in enumerate(self.seeds)]
+    records = [dict({k: float(np.asarray(v)[i]) for k, v in per_member.items()}, **member,
+                    step=int(step)) for i, member in enumerate(self.members)]
     with open(self.path, 'a') as f:
       f.writelines(_line(r) for r in records)
     for writer, record in zip(self.tb, records):
-      writer.write_scalars(step, {k: v for k, v in record.items() if k not in ('step', 'seed')})
+      writer.write_scalars(step, {k: v for k, v in record.items()
+                                  if k != 'step' and k not in self.members[0]})
       writer.flush()
 
   def step_time(self) -> float | None:

@@ -1,6 +1,14 @@
-"""The optimizer: AdamW with warmup and decay, global-norm clipping, gradient accumulation."""
+"""The optimizer: AdamW with warmup and decay, global-norm clipping, gradient accumulation.
+
+The peak learning rate is a hyper-parameter injected into the optimizer state
+(``optax.inject_hyperparams``), so the members of one vmapped run (``optim.learning_rates`` x
+seeds) each train at their own rate, and a checkpoint carries it. The position scheme's own
+parameters can learn at a multiple of it (``optim.position_lr_multiplier``).
+"""
 
 from __future__ import annotations
+
+import math
 
 import jax
 import ml_collections
@@ -9,21 +17,34 @@ import optax
 SCHEDULES = ('cosine', 'linear', 'constant')
 
 
-def learning_rate_schedule(optim: ml_collections.ConfigDict, num_updates: int) -> optax.Schedule:
-  """Linear warmup to ``optim.learning_rate``, then cosine/linear decay or constant."""
+def learning_rates(optim: ml_collections.ConfigDict) -> list[float]:
+  """The peak learning rates a run trains: ``optim.learning_rates`` or ``optim.learning_rate``."""
+  try:
+    rates = [float(x) for x in str(optim.learning_rates).split(',') if x.strip()]
+  except ValueError:
+    raise ValueError(f'optim.learning_rates={optim.learning_rates!r} must be comma-separated '
+                     'numbers, e.g. 3e-4,1e-3,3e-3 (or empty).') from None
+  for rate in rates:
+    if not (math.isfinite(rate) and rate > 0):
+      raise ValueError(f'optim.learning_rates holds {rate}: every rate must be finite and > 0.')
+  return rates or [float(optim.learning_rate)]
+
+
+def schedule_shape(optim: ml_collections.ConfigDict, num_updates: int) -> optax.Schedule:
+  """The learning rate over updates divided by its peak: linear warmup to 1, then cosine/linear
+  decay to ``optim.end_lr_factor``, or constant."""
   if optim.schedule not in SCHEDULES:
     raise ValueError(f'Unknown optim.schedule {optim.schedule!r}; valid choices: '
                      f'{", ".join(SCHEDULES)}.')
-  peak, warmup = optim.learning_rate, optim.warmup_steps
-  decay_steps = max(num_updates - warmup, 1)
+  warmup, decay_steps = optim.warmup_steps, max(num_updates - optim.warmup_steps, 1)
   if optim.schedule == 'cosine':
-    decay = optax.cosine_decay_schedule(peak, decay_steps, alpha=optim.end_lr_factor)
+    decay = optax.cosine_decay_schedule(1.0, decay_steps, alpha=optim.end_lr_factor)
   elif optim.schedule == 'linear':
-    decay = optax.linear_schedule(peak, peak * optim.end_lr_factor, decay_steps)
+    decay = optax.linear_schedule(1.0, optim.end_lr_factor, decay_steps)
   else:
-    decay = optax.constant_schedule(peak)
+    decay = optax.constant_schedule(1.0)
   return decay if warmup == 0 else optax.join_schedules(
-      [optax.linear_schedule(0.0, peak, warmup), decay], [warmup])
+      [optax.linear_schedule(0.0, 1.0, warmup), decay], [warmup])
 
 
 def decay_mask(params):
@@ -32,15 +53,38 @@ def decay_mask(params):
       lambda path, _: getattr(path[-1], 'key', None) == 'kernel', params)
 
 
+def position_mask(params):
+  """True for the position scheme's own parameters (under a ``positions`` module)."""
+  return jax.tree_util.tree_map_with_path(
+      lambda path, _: any(getattr(k, 'key', None) == 'positions' for k in path), params)
+
+
 def make_optimizer(optim: ml_collections.ConfigDict,
                    num_updates: int) -> tuple[optax.GradientTransformation, optax.Schedule]:
-  """AdamW (+ clipping, + ``optax.MultiSteps`` accumulation) and its learning-rate schedule over
-  ``num_updates`` optimizer updates (train steps / grad_accum_steps)."""
-  schedule = learning_rate_schedule(optim, num_updates)
-  tx = optax.adamw(schedule, b1=optim.b1, b2=optim.b2, eps=optim.eps,
-                   weight_decay=optim.weight_decay, mask=decay_mask)
+  """AdamW (+ clipping, + ``optax.MultiSteps`` accumulation) with the peak learning rate injected
+  (``learning_rate`` in the state, ``optim.learning_rate`` until set), and the schedule's shape
+  over ``num_updates`` optimizer updates (train steps / grad_accum_steps)."""
+  shape = schedule_shape(optim, num_updates)
+
+  def adamw(learning_rate):
+    return optax.adamw(lambda count: learning_rate * shape(count), b1=optim.b1, b2=optim.b2,
+                       eps=optim.eps, weight_decay=optim.weight_decay, mask=decay_mask)
+
+  tx = optax.inject_hyperparams(adamw)(learning_rate=optim.learning_rate)
+  if optim.position_lr_multiplier != 1.0:
+    tx = optax.chain(tx, optax.masked(optax.scale(optim.position_lr_multiplier), position_mask))
   if optim.grad_clip_norm > 0:
     tx = optax.chain(optax.clip_by_global_norm(optim.grad_clip_norm), tx)
   if optim.grad_accum_steps > 1:
     tx = optax.MultiSteps(tx, every_k_schedule=optim.grad_accum_steps)
-  return tx, schedule
+  return tx, shape
+
+
+def peak_learning_rate(opt_state) -> jax.Array:
+  """The peak learning rate injected in an optimizer state."""
+  return optax.tree_utils.tree_get(opt_state, 'learning_rate')
+
+
+def with_peak_learning_rate(opt_state, learning_rate: jax.Array):
+  """``opt_state`` training at ``learning_rate`` instead."""
+  return optax.tree_utils.tree_set(opt_state, learning_rate=learning_rate)

@@ -1,7 +1,8 @@
-"""The pure train and eval steps, ``jax.vmap``-ed over a leading seed axis N.
+"""The pure train and eval steps, mapped over a leading member axis N.
 
-N seeds of one configuration train together in one jitted step (different init and dropout
-keys, shared batches); N = 1 is an ordinary run.
+The N members of one run, a (learning rate, seed) pair each, train in one jitted step (their own
+init, dropout keys and rate; shared batches), vmapped together or in groups one after another
+(``over_members``); N = 1 is an ordinary run.
 """
 
 from __future__ import annotations
@@ -15,13 +16,15 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from training import optim
+
 # inputs, positions and mask (true at real tokens) [B, L]; label and weight [B]
 Batch = dict[str, jax.Array]
 Params = Any
 
 
 class TrainState(flax.struct.PyTreeNode):
-  """Training state of N seeds (leading axis N on every field).
+  """Training state of N members (leading axis N on every field).
 
   Attributes:
     step: int32 [N], train steps taken (identical across seeds).
@@ -51,7 +54,7 @@ def loss_and_metrics(logits_BxC: jax.Array, batch: Batch) -> tuple[jax.Array, di
 
 
 def make_step_fns(train_graphdef: nnx.GraphDef, eval_graphdef: nnx.GraphDef,
-                  tx: optax.GradientTransformation, schedule: optax.Schedule,
+                  tx: optax.GradientTransformation, schedule_shape: optax.Schedule,
                   grad_accum_steps: int, skip_nonfinite: bool):
   """The per-seed train and eval steps (pure; vmapped and jitted by the caller)."""
 
@@ -80,7 +83,8 @@ def make_step_fns(train_graphdef: nnx.GraphDef, eval_graphdef: nnx.GraphDef,
       skipped = skipped + (~finite).astype(jnp.int32)
     return (state.replace(step=state.step + 1, params=params, opt_state=opt_state, skipped=skipped),
             dict(sums, grad_norm=grad_norm, finite=finite,
-                 learning_rate=schedule(state.step // grad_accum_steps), skipped=skipped))
+                 learning_rate=optim.peak_learning_rate(state.opt_state)
+                 * schedule_shape(state.step // grad_accum_steps), skipped=skipped))
 
   def eval_step(params: Params, batch: Batch) -> dict:
     inputs, positions, mask = batch['inputs'], batch['positions'], batch['mask']
@@ -90,15 +94,23 @@ def make_step_fns(train_graphdef: nnx.GraphDef, eval_graphdef: nnx.GraphDef,
   return train_step, eval_step
 
 
+def over_members(step: Callable, members_together: int) -> Callable:
+  """``step(member, batch)`` for every member of a stacked ``members`` (batch shared):
+  ``members_together`` at a time in one vmapped computation, the groups one after another in a
+  loop compiled into the same step (``jax.lax.map``); 0 vmaps them all."""
+  return lambda members, batch: jax.lax.map(lambda member: step(member, batch), members,
+                                            batch_size=members_together)
+
+
 def jit_steps(train_step: Callable, eval_step: Callable, state_sharding, batch_sharding,
-              replicated, rules):
-  """vmaps the steps over the seed axis (batches shared) and jits them once, state donated; they
-  run under the mesh and the logical-axis ``rules``, so the model's activation annotations
+              replicated, rules, members_together: int):
+  """Maps the steps over the member axis (``over_members``) and jits them once, state donated;
+  they run under the mesh and the logical-axis ``rules``, so the model's activation annotations
   (``models.sharding.constrain``) become sharding constraints."""
-  train = jax.jit(jax.vmap(train_step, in_axes=(0, None)),
+  train = jax.jit(over_members(train_step, members_together),
                   in_shardings=(state_sharding, batch_sharding),
                   out_shardings=(state_sharding, replicated), donate_argnums=0)
-  evaluate = jax.jit(jax.vmap(eval_step, in_axes=(0, None)),
+  evaluate = jax.jit(over_members(eval_step, members_together),
                      in_shardings=(state_sharding.params, batch_sharding),
                      out_shardings=replicated)
   mesh = batch_sharding.mesh

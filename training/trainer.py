@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import time
 from typing import Any
 
 import jax
@@ -54,6 +55,8 @@ class _Run:
   ckpt: checkpoints.Checkpointer
   writer: metrics_lib.RunWriter
   start: int
+  seconds: dict[str, float] = dataclasses.field(  # wall time of this process's phases
+      default_factory=lambda: {'validation_eval': 0.0, 'test_eval': 0.0})
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
@@ -87,9 +90,10 @@ def _setup(config: ml_collections.ConfigDict, workdir: str, mesh: jax.sharding.M
   else:
     state = exp.init_state()
   console(f'{exp.model_config.position}/{exp.model_config.attention} model, '
-          f'{exp.num_params:,} parameters, {len(exp.seeds)} seed(s), {jax.process_count()} '
-          f'process(es), {jax.device_count()} device(s), mesh {dict(mesh.shape)}.')
-  writer = metrics_lib.RunWriter(workdir, exp.seeds, num_steps=config.train.num_steps,
+          f'{exp.num_params:,} parameters, {len(exp.seeds)} member(s) ({exp.member_mode}), '
+          f'{jax.process_count()} process(es), {jax.device_count()} device(s), '
+          f'mesh {dict(mesh.shape)}.')
+  writer = metrics_lib.RunWriter(workdir, exp.members, num_steps=config.train.num_steps,
                                  resume_step=start, log_every=config.train.log_every)
   stack.callback(writer.close)
   return _Run(config, workdir, exp, ckpt, writer, start), state
@@ -109,8 +113,8 @@ class _TrainLog:
     if not np.all(m['finite']) and not t.skip_nonfinite:
       steps = run.ckpt.all_steps()
       raise NonFiniteLossError(
-          f'Loss, gradients or updated parameters became NaN/Inf at step {step} (seeds '
-          f'{[s for s, f in zip(run.exp.seeds, m["finite"]) if not f]}). The last good '
+          f'Loss, gradients or updated parameters became NaN/Inf at step {step} (members '
+          f'{[s for s, f in zip(run.exp.members, m["finite"]) if not f]}). The last good '
           f'checkpoint (step {steps[-1] if steps else None}) is untouched. Lower '
           'optim.learning_rate, enable optim.grad_clip_norm, or set train.skip_nonfinite=True '
           'to skip such updates.')
@@ -149,7 +153,9 @@ def _train(run: _Run, state: Any, watcher: preemption.Watcher) -> tuple[Any, dic
       log.add(*jax.device_get(pending))
       pending = None
     if evaluated:
+      began = time.perf_counter()
       last_eval = exp.evaluate(state.params, exp.eval_batches('validation'))
+      run.seconds['validation_eval'] += time.perf_counter() - began
       run.writer.write(step, {'validation/loss': last_eval['loss'],
                               'validation/accuracy': last_eval['accuracy']})
     if saved:  # a candidate for the best only if evaluated at this step, with a finite loss
@@ -168,23 +174,45 @@ def _preempt(run: _Run, step: int, state: Any) -> None:
   raise preemption.Preempted(step)
 
 
+def chosen_members(learning_rates: list[float], accuracy: np.ndarray, loss: np.ndarray) -> list[int]:
+  """The members trained at the peak learning rate with the best mean validation accuracy over
+  seeds (ties: the lower mean validation loss, then the smaller rate): selection on validation
+  only. Every member when the run trains one rate."""
+  rates = sorted(set(learning_rates))
+  at = lambda rate: [i for i, r in enumerate(learning_rates) if r == rate]
+  best = max(rates, key=lambda r: (np.mean(accuracy[at(r)]), -np.mean(loss[at(r)]), -r))
+  return at(best)
+
+
 def _summarize(run: _Run, state: Any, last_eval: dict | None) -> dict[str, Any]:
-  """Evaluates every split (the extrapolation lengths included) and writes summary.json."""
+  """Chooses the learning rate on validation, evaluates its members on every other split (the
+  extrapolation lengths included) and writes summary.json."""
   exp = run.exp
   if last_eval is None:  # resumed at the end: evaluate what was restored
     last_eval = exp.evaluate(state.params, exp.eval_batches('validation'))
-  splits = [(k, v) for k, v in exp.info.eval_splits.items() if k != 'validation']
+  chosen = chosen_members(exp.learning_rates, last_eval['accuracy'], last_eval['loss'])
+  params = jax.tree.map(lambda x: x[np.asarray(chosen)], state.params)
+  limit = run.config.train.eval_max_length or max(exp.info.eval_splits.values())
+  splits = [(k, v) for k, v in exp.info.eval_splits.items() if k != 'validation' and v <= limit]
+  began = time.perf_counter()
+  results = exp.evaluate_lengths(params, splits)  # the chosen members, in their order
+  run.seconds['test_eval'] = time.perf_counter() - began
   summary = {
       'position': exp.model_config.position,
       'attention': exp.model_config.attention,
       'dataset': run.config.data.name,
       'seeds': exp.seeds,
+      'learning_rates': exp.learning_rates,
+      'chosen_members': chosen,
+      'members': exp.member_mode,
+      'learning_rate': exp.learning_rates[chosen[0]],
       'num_steps': run.config.train.num_steps,
       'num_params': exp.num_params,
       'validation_accuracy': last_eval['accuracy'].tolist(),
       'validation_loss': last_eval['loss'].tolist(),
-      'eval': exp.evaluate_lengths(state.params, splits),
+      'eval': results,
       'step_time_s': run.writer.step_time(),
+      'seconds': run.seconds,
       'skipped_updates': np.asarray(jax.device_get(state.skipped)).tolist(),
   }
   if jax.process_index() == 0:

@@ -22,11 +22,13 @@ from training import optim
 from training import partitioning
 
 CONFIG_FILE = 'config.json'
+MEMBER_MODES = ('auto', 'vmap', 'loop')
 DATA_FILE = 'data_fingerprint.json'
 # Config fields that may change when a run is resumed (everything else must match).
 RESUMABLE_FIELDS = ('train.num_steps', 'train.eval_every', 'train.log_every',
                     'train.checkpoint_every', 'train.keep_checkpoints', 'train.eval_batch_size',
                     'train.compilation_cache_dir', 'train.skip_nonfinite', 'data.data_dir',
+                    'train.eval_max_length', 'train.members',
                     'data.prefetch', 'mesh.data', 'mesh.fsdp', 'mesh.tensor', 'mesh.dcn_data',
                     'mesh.dcn_fsdp', 'mesh.dcn_tensor', 'mesh.rules', 'model.attention_impl',
                     'model.remat')
@@ -82,6 +84,8 @@ def _check_optimizer(o: ml_collections.ConfigDict) -> None:
       ('eps', o.eps, o.eps > 0, '> 0'), ('weight_decay', o.weight_decay, o.weight_decay >= 0,
                                          '>= 0'),
       ('grad_clip_norm', o.grad_clip_norm, o.grad_clip_norm >= 0, '>= 0 (0: off)'),
+      ('position_lr_multiplier', o.position_lr_multiplier, o.position_lr_multiplier >= 0,
+       '>= 0'),
       ('end_lr_factor', o.end_lr_factor, 0 <= o.end_lr_factor <= 1, 'in [0, 1]')):
     if not (math.isfinite(value) and ok):
       raise ValueError(f'optim.{field} must be a finite number {rule}, got {value}: fix '
@@ -108,11 +112,13 @@ def check_run_fields(config: ml_collections.ConfigDict) -> None:
     raise ValueError(f'optim.warmup_steps={o.warmup_steps} must be between 0 and the number of '
                      f'optimizer updates ({t.num_steps // o.grad_accum_steps}); shorten the '
                      'warmup or train longer.')
-  optim.learning_rate_schedule(o, t.num_steps // o.grad_accum_steps)  # the schedule's name
-  for field, value, valid in (('name', d.name, data.DATASET_NAMES),
-                              ('tokenizer', d.tokenizer, data.TOKENIZERS)):
+  optim.schedule_shape(o, t.num_steps // o.grad_accum_steps)  # the schedule's name
+  optim.learning_rates(o)
+  for field, value, valid in (('data.name', d.name, data.DATASET_NAMES),
+                              ('data.tokenizer', d.tokenizer, data.TOKENIZERS),
+                              ('train.members', t.members, MEMBER_MODES)):
     if value not in valid:
-      raise ValueError(f'data.{field}={value!r} is not valid; valid choices: '
+      raise ValueError(f'{field}={value!r} is not valid; valid choices: '
                        f'{", ".join(valid)}.')
 
 

@@ -1,5 +1,6 @@
-"""The full embedded ablation: all schemes x 3 seeds on the three position probes, ListOps and
-the fortunes topic dataset (real human-written text), all offline.
+"""The full embedded ablation: the main job's protocol (all schemes, 2 learning rates x 8 seeds
+each) on the three position probes, ListOps and the fortunes topic dataset (real human-written
+text), all offline.
 
   python ablate.py --config=configs/ablation/embedded.py --workdir=runs/embedded
 """
@@ -15,6 +16,6 @@ def get_config():
   c.model.max_length = 128  # `learned`: the training length.
   c.model.dropout_rate = 0.1  # fortunes has 3.3k training texts: ~10 epochs at this budget.
   c.train.num_steps = 1000
-  c.train.eval_every = 200
+  c.train.eval_every = 100  # 10 points per learning curve
   c.train.checkpoint_every = 1000
   return c
