@@ -23,7 +23,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.model = _model()
   # Rotary options (model.position == 'rotary'): the fields of rope.RopeConfig, with its
   # defaults (the paper's): base, layout, rotary_dim, scaling, scaling_factor,
-  # original_max_length, yarn_beta_fast, yarn_beta_slow, llama3_low_freq_factor,
+  # original_max_length, yarn_beta_fast, yarn_beta_slow, yarn_ramp, llama3_low_freq_factor,
   # llama3_high_freq_factor, xpos, xpos_scale_base, rotary_value.
   c.rope = ml_collections.ConfigDict(dataclasses.asdict(rope.RopeConfig()))
   c.rope.rotary_dim = config_dict.placeholder(int)  # None: rotate every feature of a head.

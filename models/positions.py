@@ -396,10 +396,22 @@ class Rotary(PositionScheme):
   @classmethod
   def check(cls, cfg) -> None:
     try:
-      cfg.rotary
+      rotary = cfg.rotary
     except ValueError as e:
       raise ValueError(f'model.position=rotary cannot use these options (head_dim = '
                        f'model.hidden_size / model.num_heads = {cfg.head_dim}): {e}') from e
+    if rotary.xpos:
+      raise ValueError(
+          'rope.xpos=True needs causal attention, and this encoder is bidirectional: xPos scales '
+          'queries by zeta^m and keys by zeta^-m, so q.k decays with the distance to keys before '
+          'the query but grows exponentially towards keys after it. Set rope.xpos=False.')
+    if cfg.attention == 'linear' and rotary.attention_factor != 1.0:
+      raise ValueError(
+          f'rope.scaling={rotary.scaling!r} scales queries and keys by '
+          f'{rotary.attention_factor:.4g}, which model.attention=linear would apply to the '
+          'numerator of eq. 19 only (its normaliser uses the unrotated features), leaving the '
+          'output un-normalised. Use model.attention=softmax, or a scaling without a '
+          'temperature (linear, ntk, dynamic_ntk, llama3).')
 
   def prepare(self, positions_BxL: jax.Array) -> PositionContext:
     return PositionContext(rotary_tables=self.rotary.tables(positions_BxL))

@@ -7,7 +7,8 @@ import dataclasses
 import math
 
 LAYOUTS = ('interleaved', 'half')
-SCALING_KINDS = ('none', 'linear', 'ntk', 'yarn', 'llama3')
+SCALING_KINDS = ('none', 'linear', 'ntk', 'dynamic_ntk', 'yarn', 'llama3')
+YARN_RAMPS = ('reference', 'paper')
 
 
 def _choice(field: str, value, choices) -> None:
@@ -26,9 +27,13 @@ class RopeConfig:
   rotary_dim: int | None = None  # rotate only the first rotary_dim features of a head (None: all)
   scaling: str = 'none'  # frequency scaling for length extrapolation (rope.frequencies)
   scaling_factor: float = 1.0  # the context-extension factor s (1: plain RoPE)
-  original_max_length: int = 512  # the training context L that yarn and llama3 extend
+  original_max_length: int = 512  # the training context L (dynamic_ntk, yarn, llama3)
   yarn_beta_fast: float = 32.0  # YaRN: dimensions turning more often than this over L are kept
   yarn_beta_slow: float = 1.0  # YaRN: ... less often than this are interpolated by s
+  # YaRN's ramp between them: 'reference' is linear in the pair index between the floor/ceil of
+  # the correction dims, as the YaRN authors' code and Hugging Face compute it (published YaRN
+  # settings reproduce); 'paper' is linear in the number of turns (the paper's formula, literally).
+  yarn_ramp: str = 'reference'
   llama3_low_freq_factor: float = 1.0  # Llama 3.1: wavelengths above L / this are divided by s
   llama3_high_freq_factor: float = 4.0  # Llama 3.1: wavelengths below L / this are kept
   # xPos (Sun et al. 2022): queries at position m times zeta_i^(m / xpos_scale_base) per pair,
@@ -40,6 +45,7 @@ class RopeConfig:
   def __post_init__(self):
     check_layout(self.layout)
     _choice('scaling', self.scaling, SCALING_KINDS)
+    _choice('yarn_ramp', self.yarn_ramp, YARN_RAMPS)
     if not self.base > 1.0:
       raise ValueError(f'RoPE base must be > 1, got {self.base}.')
     if not self.scaling_factor > 0:

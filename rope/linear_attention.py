@@ -37,6 +37,10 @@ def linear_attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
                      f'{", ".join(FEATURE_MAPS)}.')
   if rotary is not None and tables is None:
     raise ValueError('linear_attention with rotary needs tables=rotary.tables(positions).')
+  if rotary is not None and (rotary.xpos or rotary.attention_factor != 1.0):
+    raise ValueError('linear_attention cannot use xPos or a temperature (YaRN): they scale the '
+                     'rotated features of the numerator only, not the normaliser, so the output '
+                     'would not be normalised.')
   if q.shape != k.shape or q.shape[:3] != v.shape[:3]:
     raise ValueError(f'q, k, v shapes do not fit: {q.shape}, {k.shape}, {v.shape}; expected '
                      '[batch, length, heads, head_dim] (v may differ in the last dim).')

@@ -245,11 +245,41 @@ def test_ntk_interpolates_lowest_frequency_by_s_and_keeps_highest():
   assert np.all(np.diff(ntk / plain) <= 1e-7)  # monotone interpolation
 
 
-def test_yarn_by_parts_and_temperature():
+def test_yarn_reference_ramp_matches_hand_computed_frequencies():
+  # d=16, L=512, base 10000, s=4: the correction dims are 16 ln(512 / (2 pi r)) / (2 ln 10000),
+  # 0.8 for r=32 and 3.8 for r=1, rounded to 0 and 4: pairs 0..3 ramp over (i - 0) / 4.
+  d, s = 16, 4.0
+  plain = rope.inv_frequencies(d)
+  yarn = rope.inv_frequencies(d, rope.RopeConfig(scaling='yarn', scaling_factor=s,
+                                                 original_max_length=512))
+  keep = np.array([1.0, 0.75, 0.5, 0.25, 0.0, 0.0, 0.0, 0.0])
+  np.testing.assert_allclose(yarn, keep * plain + (1 - keep) * plain / s, rtol=1e-6)
+
+
+def test_yarn_reference_ramp_matches_hugging_face():
+  torch = pytest.importorskip('torch')
+  rope_utils = pytest.importorskip('transformers.modeling_rope_utils')
+  llama = pytest.importorskip('transformers').LlamaConfig
+  for d, length, s in ((64, 512, 4.0), (128, 4096, 8.0), (32, 2048, 16.0)):
+    hf = llama(hidden_size=d, num_attention_heads=1, rope_theta=10000.0,
+               max_position_embeddings=int(length * s),
+               rope_scaling={'rope_type': 'yarn', 'factor': s, 'beta_fast': 32, 'beta_slow': 1,
+                             'original_max_position_embeddings': length})
+    inv_freq, factor = rope_utils._compute_yarn_parameters(hf, torch.device('cpu'))
+    ours = rope.RopeConfig(scaling='yarn', scaling_factor=s, original_max_length=length)
+    np.testing.assert_allclose(rope.inv_frequencies(d, ours), inv_freq.numpy(), rtol=1e-6)
+    assert ours.attention_factor == pytest.approx(factor)
+  paper = rope.inv_frequencies(64, rope.RopeConfig(scaling='yarn', scaling_factor=4.0,
+                                                   original_max_length=512, yarn_ramp='paper'))
+  assert not np.allclose(paper, rope.inv_frequencies(64, rope.RopeConfig(
+      scaling='yarn', scaling_factor=4.0, original_max_length=512)), rtol=1e-2)
+
+
+def test_yarn_paper_ramp_by_parts_and_temperature():
   d, s, length = 64, 4.0, 512
   plain = rope.inv_frequencies(d)
   options = dict(scaling='yarn', scaling_factor=s, original_max_length=length,
-                 yarn_beta_fast=32, yarn_beta_slow=1)
+                 yarn_beta_fast=32, yarn_beta_slow=1, yarn_ramp='paper')
   sc = rope.RopeConfig(**options)
   yarn = rope.inv_frequencies(d, sc)
   turns = length * plain / (2 * np.pi)
@@ -302,6 +332,53 @@ def test_xpos_relative_decay_and_shift_invariance():
   t = r0.tables(jnp.array([[50, 50]]))
   assert float(r0.apply(x, t, 'query')[0, 0, 0] @ r0.apply(x, t, 'key')[0, 1, 0]) == \
       pytest.approx(float(q @ q), rel=1e-4)
+
+
+
+def test_xpos_decays_before_the_query_and_grows_after_it():
+  # q = k = ones: pair i scores 2 cos((m - n) theta_i) zeta_i^((m - n) / base) (closed form).
+  d, scale_base = 16, 64.0
+  r = rope.Rotary(head_dim=d, xpos=True, xpos_scale_base=scale_base)
+  theta = 10000.0 ** -(np.arange(0, d, 2) / d)
+  zeta = (np.arange(0, d, 2) / d + 0.4) / 1.4
+  x = jnp.ones((1, 2, 1, d))
+
+  def score(m, n):
+    t = r.tables(jnp.array([[m, n]]))
+    return float(r.apply(x, t, 'query')[0, 0, 0] @ r.apply(x, t, 'key')[0, 1, 0])
+
+  for m, n in ((250, 50), (50, 250)):
+    expected = np.sum(2 * np.cos((m - n) * theta) * zeta ** ((m - n) / scale_base))
+    assert score(m, n) == pytest.approx(expected, rel=1e-3, abs=1e-3)
+  plain = np.sum(2 * np.cos(200 * theta))
+  assert abs(score(250, 50)) < abs(plain) < abs(score(50, 250))  # key before / after the query
+  assert score(50, 250) == pytest.approx(117.0, abs=1.0)  # the figure, plain 10.4
+  assert plain == pytest.approx(10.4, abs=0.1)
+
+
+
+def test_linear_attention_refuses_unnormalised_scalings():
+  x = jnp.ones((1, 4, 1, 8))
+  for options in ({'xpos': True}, {'scaling': 'yarn', 'scaling_factor': 4.0}):
+    r = rope.Rotary(head_dim=8, **options)
+    with pytest.raises(ValueError, match='not be normalised'):
+      rope.linear_attention(x, x, x, rotary=r, tables=r.tables(jnp.arange(4)[None]))
+
+def test_dynamic_ntk_is_plain_up_to_the_original_length_then_ntk_at_the_run_length():
+  d, s, length = 64, 4.0, 512
+  config = rope.RopeConfig(scaling='dynamic_ntk', scaling_factor=s, original_max_length=length)
+  plain = rope.inv_frequencies(d)
+  np.testing.assert_array_equal(rope.inv_frequencies(d, config, length=100), plain)
+  np.testing.assert_array_equal(rope.inv_frequencies(d, config, length=length), plain)
+  # At 2L the factor is s * 2 - (s - 1) = 5: the NTK base 10000 * 5^(d / (d - 2)).
+  base = 10000.0 * 5.0 ** (d / (d - 2))
+  np.testing.assert_allclose(rope.inv_frequencies(d, config, length=2 * length),
+                             base ** -(np.arange(0, d, 2) / d), rtol=1e-6)
+  # The rotary tables follow the static sequence length.
+  r = rope.Rotary(head_dim=d, scaling='dynamic_ntk', scaling_factor=s, original_max_length=4)
+  t = r.tables(jnp.arange(8)[None])
+  ntk = rope.inv_frequencies(d, rope.RopeConfig(scaling='ntk', scaling_factor=s * 2 - (s - 1)))
+  np.testing.assert_allclose(t.sin[0, 3], np.sin(3 * ntk), rtol=1e-5, atol=1e-6)
 
 
 # ------------------------------------------------------------------- linear attention
@@ -387,7 +464,7 @@ def test_bad_rotary_arguments_raise(kwargs, match):
 
 
 def test_bad_scaling_and_shapes_raise():
-  with pytest.raises(ValueError, match='valid choices: none, linear, ntk, yarn, llama3'):
+  with pytest.raises(ValueError, match='valid choices: none, linear, ntk, dynamic_ntk, yarn, llama3'):
     rope.RopeConfig(scaling='dynamic')
   with pytest.raises(ValueError, match='positions shape'):
     rope.apply_rotary(jnp.ones((2, 5, 1, 8)), jnp.zeros((2, 4)))
