@@ -143,6 +143,12 @@ CASES = [
          'there is no checkpoint of step 999', workdir='trained'),
     Case('eval_unknown_split', EVAL + ('--split=dev',), "--split='dev' is not a split of files",
          workdir='trained'),
+    Case('eval_override_changes_parameters', EVAL + ('--override=model.hidden_size=32',),
+         'model.hidden_size cannot change at evaluation', workdir='trained'),
+    Case('eval_override_malformed', EVAL + ('--override=rope.scaling',),
+         "--override='rope.scaling' is malformed", workdir='trained'),
+    Case('eval_override_wrong_type', EVAL + ('--override=rope.scaling_factor=four',),
+         'rope.scaling_factor takes a float', workdir='trained'),
     # ---------------------------------------------------------------- ablate.py
     Case('ablate_only_matches_nothing', ABLATE + ('--only=*/rotray',),
          "--only='*/rotray' matches no run"),

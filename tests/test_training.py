@@ -54,6 +54,12 @@ def test_train_resume_and_eval(tmp_path, run_config):
                                   'test_256_far'}
   assert results['eval']['test_256_far']['length'] == 256
   assert 'test_128_near' in evaluation.format_table(results)
+  # Length extension at evaluation: RoPE scaling overridden, the same parameters restored.
+  overrides = evaluation.parse_overrides(['rope.scaling=linear', 'rope.scaling_factor=4'])
+  extended = evaluation.evaluate_workdir(workdir, eval_lengths=[256], overrides=overrides)
+  assert extended['overrides'] == {'rope.scaling': 'linear', 'rope.scaling_factor': '4'}
+  assert extended['eval']['test_256_far']['loss'] != results['eval']['test_256_far']['loss']
+  assert validation.load_config(workdir).rope.scaling == 'none'  # config.json untouched
 
 
 def test_kill_and_resume_gives_identical_metrics_and_params(tmp_path, run_config, monkeypatch):

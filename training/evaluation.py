@@ -35,6 +35,53 @@ def parse_lengths(text: str) -> list[int]:
   return lengths
 
 
+# Config fields an evaluation may change: none of them changes a parameter's shape or value.
+EVAL_OVERRIDES = ('rope.', 'data.max_length', 'model.attention_impl', 'train.eval_batch_size')
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, str]:
+  """['rope.scaling=yarn', ...] -> {'rope.scaling': 'yarn', ...}; refuses other fields, naming
+  them, because they would change the parameters (or what was trained)."""
+  overrides = {}
+  for item in items:
+    key, sep, value = item.partition('=')
+    key = key.strip()
+    if not sep or not key:
+      raise ValueError(f'--override={item!r} is malformed: give group.field=value, e.g. '
+                       '--override=rope.scaling=yarn.')
+    if not any(key == f or (f.endswith('.') and key.startswith(f)) for f in EVAL_OVERRIDES):
+      raise ValueError(f'--override={item!r}: {key} cannot change at evaluation, as it would '
+                       'change the parameters or what was trained. An evaluation may override '
+                       'rope.*, data.max_length, model.attention_impl and '
+                       'train.eval_batch_size; retrain (or fine-tune) for anything else.')
+    overrides[key] = value.strip()
+  return overrides
+
+
+def _typed(config: ml_collections.ConfigDict, key: str, text: str) -> Any:
+  """The override's text as the type of the field it replaces."""
+  group, _, field = key.partition('.')
+  if group not in config or field not in config[group]:
+    raise ValueError(f'--override: {key} is not a field of this run\'s config (config.json).')
+  current = config[group][field]
+  if text.lower() in ('none', 'null'):
+    return None
+  if isinstance(current, bool):
+    if text.lower() not in ('true', 'false'):
+      raise ValueError(f'--override={key}={text}: {key} is true or false.')
+    return text.lower() == 'true'
+  kind = type(current) if current is not None else int  # placeholders: rope.rotary_dim
+  try:
+    return kind(text)
+  except ValueError:
+    raise ValueError(f'--override={key}={text}: {key} takes a {kind.__name__}.') from None
+
+
+def apply_overrides(config: ml_collections.ConfigDict, overrides: dict[str, str]) -> None:
+  """Sets the (already parsed) overrides on a workdir's config, typed as its fields."""
+  config.update_from_flattened_dict({k: _typed(config, k, v) for k, v in overrides.items()})
+
+
 def parse_checkpoint(text: str) -> str | int:
   """--checkpoint: 'best', 'latest' or a step number."""
   text = str(text).strip()
@@ -47,14 +94,18 @@ def parse_checkpoint(text: str) -> str | int:
 
 
 def evaluate_workdir(workdir: str, *, checkpoint: str = 'best', split: str = 'test',
-                     eval_lengths: Sequence[int] = ()) -> dict[str, Any]:
+                     eval_lengths: Sequence[int] = (),
+                     overrides: dict[str, str] | None = None) -> dict[str, Any]:
   """Evaluates a checkpoint ('best' by validation accuracy, 'latest' or a step) of ``workdir``:
   ``split`` at the training length, then each of ``eval_lengths`` on the dataset's split for
-  that length. Returns per-seed accuracies; nothing in the workdir changes (a corrupt checkpoint
-  is skipped, not moved), so a running workdir can be evaluated."""
+  that length, with the config's ``overrides`` (``parse_overrides``: RoPE scaling for length
+  extension, and others that leave the parameters alone). Returns per-seed accuracies; nothing
+  in the workdir changes (a corrupt checkpoint is skipped, not moved), so a running workdir can
+  be evaluated."""
   workdir = validation.check_workdir(workdir)
   which = parse_checkpoint(checkpoint)
   config = validation.load_config(workdir)
+  apply_overrides(config, overrides or {})
   _check_lengths(config, eval_lengths)
   ckpt = checkpoints.Checkpointer(workdir, config.train.keep_checkpoints, read_only=True)
   _check_checkpoint(ckpt, which, workdir, config)
@@ -75,7 +126,7 @@ def evaluate_workdir(workdir: str, *, checkpoint: str = 'best', split: str = 'te
   return {'workdir': workdir, 'step': int(step), 'seeds': [exp.seeds[i] for i in chosen],
           'learning_rate': exp.learning_rates[chosen[0]], 'position': config.model.position,
           'attention': config.model.attention, 'train_length': config.data.max_length,
-          'eval': exp.evaluate_lengths(params, splits)}
+          'overrides': overrides or {}, 'eval': exp.evaluate_lengths(params, splits)}
 
 
 def write_results(results: dict[str, Any], path: str | None) -> str:
