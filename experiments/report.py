@@ -5,7 +5,7 @@ threshold, learning and extrapolation curves; CSV/JSON of every member of every 
 Input: run directories, each a ``train_and_evaluate`` workdir (``summary.json``,
 ``metrics.jsonl``) or a ``not_applicable.json`` marker written by ``ablate.py``. A run trains
 (learning rate x seed) members; the report shows each scheme at its chosen rate (the best mean
-validation accuracy, ``trainer.chosen_members``), one value per seed.
+validation accuracy, ``Experiment.chosen_members``), one value per seed.
 """
 
 from __future__ import annotations

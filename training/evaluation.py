@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence
 
-import jax
 import ml_collections
 import numpy as np
 
@@ -13,7 +12,6 @@ from data import datasets
 from data import storage
 from training import checkpoints
 from training import partitioning
-from training import trainer
 from training import validation
 from training.experiment import Experiment
 
@@ -117,12 +115,7 @@ def evaluate_workdir(workdir: str, *, checkpoint: str = 'best', split: str = 'te
     step, state = which, ckpt.restore(which, abstract)
   else:
     step, state = ckpt.restore_first_intact(ckpt.ranked_steps(which), abstract)
-  chosen = list(range(len(exp.seeds)))
-  if len(set(exp.learning_rates)) > 1:  # a sweep: its rate chosen on validation, as in training
-    validation_result = exp.evaluate(state.params, exp.eval_batches('validation'))
-    chosen = trainer.chosen_members(exp.learning_rates, validation_result['accuracy'],
-                                    validation_result['loss'])
-  params = jax.tree.map(lambda x: x[np.asarray(chosen)], state.params)
+  chosen, params = exp.chosen_members(state.params)  # a sweep's rate: on validation, as in training
   return {'workdir': workdir, 'step': int(step), 'seeds': [exp.seeds[i] for i in chosen],
           'learning_rate': exp.learning_rates[chosen[0]], 'position': config.model.position,
           'attention': config.model.attention, 'train_length': config.data.max_length,

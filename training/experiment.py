@@ -82,6 +82,21 @@ class Experiment:
     return [{'seed': seed, 'peak_learning_rate': rate}
             for seed, rate in zip(self.seeds, self.learning_rates)]
 
+  def chosen_members(self, params, validation: dict | None = None) -> tuple[list[int], Any]:
+    """The members trained at the peak learning rate with the best mean validation accuracy
+    over seeds (ties: the lower mean validation loss, then the smaller rate), and their
+    parameters: selection on validation only (``validation``: its results, evaluated here when
+    needed). Every member when the run trains one rate."""
+    if len(set(self.learning_rates)) == 1:
+      return list(range(len(self.seeds))), params
+    if validation is None:
+      validation = self.evaluate(params, self.eval_batches('validation'))
+    at = lambda rate: [i for i, r in enumerate(self.learning_rates) if r == rate]
+    best = max(set(self.learning_rates), key=lambda r: (
+        np.mean(validation['accuracy'][at(r)]), -np.mean(validation['loss'][at(r)]), -r))
+    chosen = at(best)
+    return chosen, jax.tree.map(lambda x: x[np.asarray(chosen)], params)
+
   @property
   def num_params(self) -> int:
     """Parameters of one member's model."""

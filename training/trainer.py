@@ -174,24 +174,13 @@ def _preempt(run: _Run, step: int, state: Any) -> None:
   raise preemption.Preempted(step)
 
 
-def chosen_members(learning_rates: list[float], accuracy: np.ndarray, loss: np.ndarray) -> list[int]:
-  """The members trained at the peak learning rate with the best mean validation accuracy over
-  seeds (ties: the lower mean validation loss, then the smaller rate): selection on validation
-  only. Every member when the run trains one rate."""
-  rates = sorted(set(learning_rates))
-  at = lambda rate: [i for i, r in enumerate(learning_rates) if r == rate]
-  best = max(rates, key=lambda r: (np.mean(accuracy[at(r)]), -np.mean(loss[at(r)]), -r))
-  return at(best)
-
-
 def _summarize(run: _Run, state: Any, last_eval: dict | None) -> dict[str, Any]:
   """Chooses the learning rate on validation, evaluates its members on every other split (the
   extrapolation lengths included) and writes summary.json."""
   exp = run.exp
   if last_eval is None:  # resumed at the end: evaluate what was restored
     last_eval = exp.evaluate(state.params, exp.eval_batches('validation'))
-  chosen = chosen_members(exp.learning_rates, last_eval['accuracy'], last_eval['loss'])
-  params = jax.tree.map(lambda x: x[np.asarray(chosen)], state.params)
+  chosen, params = exp.chosen_members(state.params, last_eval)
   limit = run.config.train.eval_max_length or max(exp.info.eval_splits.values())
   splits = [(k, v) for k, v in exp.info.eval_splits.items() if k != 'validation' and v <= limit]
   began = time.perf_counter()
