@@ -118,9 +118,10 @@ def learning_curve(run: Run) -> tuple[np.ndarray, np.ndarray]:
                                       for s in run.seeds])
 
 
-def steps_to(run: Run, target: float) -> str:
-  """The first evaluated step whose mean validation accuracy reaches ``target``, or 'never'."""
-  steps, acc = learning_curve(run)
+def steps_to(curve: tuple[np.ndarray, np.ndarray], target: float) -> str:
+  """The first step of a ``learning_curve`` whose mean validation accuracy reaches ``target``,
+  or 'never'."""
+  steps, acc = curve
   reached = [int(t) for t, a in zip(steps, np.nanmean(acc, axis=0)) if a >= target]
   return str(reached[0]) if reached else 'never'
 
@@ -173,8 +174,8 @@ def comparison_table(runs: Sequence[Run], cols: list[tuple[str, int]], reference
 def budget_table(runs: Sequence[Run]) -> str:
   """Steps to 90% / 99% of the best validation accuracy, skipped updates, cost per scheme."""
   done = [r for r in runs if r.summary]
-  curves = [learning_curve(r)[1] for r in done]
-  best = max((float(np.nanmax(np.nanmean(c, axis=0))) for c in curves if c.size),
+  curves = [learning_curve(r) for r in done]  # each run's metrics.jsonl read once
+  best = max((float(np.nanmax(np.nanmean(acc, axis=0))) for _, acc in curves if acc.size),
              default=float('nan'))
   none = next((r.summary['step_time_s'] for r in done if r.position == 'none'), None)
   header = (['scheme', 'rates tried', 'chosen'] + [f'steps to {t:.0%} of {100 * best:.1f}%'
@@ -182,11 +183,11 @@ def budget_table(runs: Sequence[Run]) -> str:
             + ['skipped updates', 'params', 'members', 'step time / none',
                'eval s: validation, test'])
   lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
-  for run in done:
+  for run, curve in zip(done, curves):
     s, t = run.summary, run.summary.get('step_time_s')
     lines.append(' | '.join([
         f'| {run.label}', ', '.join(f'{x:g}' for x in sorted(set(s['learning_rates']))),
-        f'{s["learning_rate"]:g}', *[steps_to(run, th * best) for th in THRESHOLDS],
+        f'{s["learning_rate"]:g}', *[steps_to(curve, th * best) for th in THRESHOLDS],
         str(sum(s['skipped_updates'])), f'{s["num_params"]:,}',
         f'{len(s["seeds"])} ({s.get("members", "vmap")})',
         f'{t / none:.2f}' if t and none else 'n/a', _seconds(s)]) + ' |')
