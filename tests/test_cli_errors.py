@@ -370,13 +370,13 @@ def test_resume_repairs_and_reports_a_damaged_workdir(trained_workdir, tmp_path)
   assert 'metrics.jsonl is missing' in proc.stderr and os.path.isfile(manifest)
   # Checkpoint 4 loses its manifest and is garbled: set aside in one line, resumed from 2.
   os.remove(os.path.join(workdir, 'checkpoints', '4', '_SHA256_MANIFEST.json'))
-  files = [os.path.join(r, n) for r, _, ns in os.walk(os.path.join(workdir, 'checkpoints', '4'))
-           for n in ns]
-  with open(max(files, key=os.path.getsize), 'r+b') as f:
-    garbled = bytearray(f.read())
-    garbled[100::7] = bytes((b * 31 + 7) % 256 for b in garbled[100::7])
-    f.seek(0)
-    f.write(garbled)
+  chunks = os.path.join(workdir, 'checkpoints', '4', 'state', 'ocdbt.process_0', 'd')
+  for name in os.listdir(chunks):  # every array chunk: many reads fail at once
+    with open(os.path.join(chunks, name), 'r+b') as f:
+      garbled = bytearray(f.read())
+      garbled[100::7] = bytes((b * 31 + 7) % 256 for b in garbled[100::7])
+      f.seek(0)
+      f.write(garbled)
   proc = run(TRAINED + ('--config.train.num_steps=6', '--config.train.checkpoint_every=4'),
              W=workdir, F=data_file)
   assert proc.returncode == 0, proc.stderr[-3000:]

@@ -64,24 +64,41 @@ def _from_failed_read(exc_traceback) -> bool:
       f.endswith('asyncio/base_events.py') for f in files[-2:])
 
 
-def _drop_failed_read_echoes() -> None:
-  """Once orbax has failed to read a checkpoint (reported in one line), its other pending reads
-  still finish on tensorstore's threads and print each failure: unretrieved coroutine exceptions
-  and callbacks into the closed event loop. Those echoes are dropped for the rest of the run."""
-  unraisable, excepthook = sys.unraisablehook, sys.excepthook
-  if getattr(unraisable, 'drops_failed_reads', False):
-    return
+class _FailedReadEchoes:
+  """When orbax fails to read a checkpoint (reported in one line), its other pending reads still
+  finish on tensorstore's threads and print each failure, some before orbax has even raised:
+  callbacks into the closed event loop (through sys.excepthook or sys.unraisablehook) and, when
+  the tasks are collected, asyncio's "Task exception was never retrieved" log records. The hooks
+  are watched from the first restore; what they drop is only what comes from orbax's reads
+  while a restore runs, and for the rest of the run once one has failed."""
+  watching = active = failed = False
 
-  def quiet_unraisable(u):
-    if not _from_failed_read(u.exc_traceback):
-      unraisable(u)
+  @classmethod
+  def watch(cls) -> contextlib.AbstractContextManager:
+    if not cls.watching:
+      cls.watching = True
+      unraisable, excepthook = sys.unraisablehook, sys.excepthook
+      sys.unraisablehook = lambda u: cls._echo(u.exc_traceback) or unraisable(u)
+      sys.excepthook = lambda kind, value, tb: cls._echo(tb) or excepthook(kind, value, tb)
+      logging.getLogger('asyncio').addFilter(
+          lambda record: not (record.exc_info and cls._echo(record.exc_info[2])))
+    return cls._reading()
 
-  def quiet_excepthook(kind, value, tb):
-    if not _from_failed_read(tb):
-      excepthook(kind, value, tb)
+  @classmethod
+  @contextlib.contextmanager
+  def _reading(cls):
+    cls.active = True
+    try:
+      yield
+    except Exception:
+      cls.failed = True
+      raise
+    finally:
+      cls.active = False
 
-  quiet_unraisable.drops_failed_reads = True
-  sys.unraisablehook, sys.excepthook = quiet_unraisable, quiet_excepthook
+  @classmethod
+  def _echo(cls, tb) -> bool:
+    return (cls.active or cls.failed) and _from_failed_read(tb)
 
 
 def _quiet_orbax_logs(record: logging.LogRecord) -> bool:
@@ -286,11 +303,10 @@ class Checkpointer:
       raise CorruptCheckpointError(step, reason, self.directory)
     self.check_compatible(step, abstract_state)
     try:
-      with _silenced():
+      with _FailedReadEchoes.watch(), _silenced():
         restored = self.manager.restore(
             step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state)))
     except Exception as e:  # pylint: disable=broad-except
-      _drop_failed_read_echoes()
       raise CorruptCheckpointError(step, f'orbax cannot read it ({type(e).__name__}: '
                                    f'{" ".join(str(e).split())[:300]})', self.directory) from e
     if not os.path.exists(os.path.join(self.step_dir(step), MANIFEST_FILE)):
