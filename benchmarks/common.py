@@ -267,11 +267,8 @@ def abstract_memory(c, batch_shapes):
 
 
 def abstract_batch(batch_size: int, length: int) -> dict[str, jax.ShapeDtypeStruct]:
-  i32 = jnp.int32
-  return {'inputs': jax.ShapeDtypeStruct((batch_size, length), i32),
-          'positions': jax.ShapeDtypeStruct((batch_size, length), i32),
-          'label': jax.ShapeDtypeStruct((batch_size,), i32),
-          'weight': jax.ShapeDtypeStruct((batch_size,), jnp.float32)}
+  """The shapes and dtypes of ``synthetic_batch``."""
+  return jax.eval_shape(lambda: synthetic_batch(batch_size, length))
 
 
 # --------------------------------------------------------------------------- reporting

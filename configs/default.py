@@ -41,8 +41,10 @@ def _model() -> ml_collections.ConfigDict:
   m.position = 'rotary'
   m.attention = 'softmax'  # Attention kind: softmax | linear (paper eq. 19).
   # Softmax attention: 'explicit' (written out), 'xla' or 'cudnn' (jax.nn.dot_product_attention;
-  # cudnn: fused flash attention on NVIDIA GPUs), 'auto' (explicit on CPU, xla elsewhere).
+  # cudnn: fused flash attention on NVIDIA GPUs), 'chunked' (blocks with an online softmax, memory
+  # linear in the length: long inputs on CPU/TPU), 'auto' (explicit on CPU, xla elsewhere).
   m.attention_impl = 'auto'
+  m.attention_chunk_size = 512  # Queries and keys per block with attention_impl='chunked'.
   # Sizes; None takes the preset's value.
   m.num_layers = config_dict.placeholder(int)  # Encoder layers.
   m.hidden_size = config_dict.placeholder(int)  # Model width.

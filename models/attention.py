@@ -1,8 +1,9 @@
 """Multi-head self-attention whose position scheme is a set of hooks (``models.positions``).
 
 Softmax attention is written out (``softmax_attention``, which also forms the explicit
-probabilities that probability dropout and Shaw's relative values need) or
-``jax.nn.dot_product_attention`` (XLA, or cuDNN flash attention on NVIDIA GPUs), chosen by
+probabilities that probability dropout and Shaw's relative values need),
+``jax.nn.dot_product_attention`` (XLA, or cuDNN flash attention on NVIDIA GPUs), or computed in
+blocks with an online softmax (``chunked_attention``, memory linear in the length), chosen by
 ``model.attention_impl``; 'auto' is 'explicit' on CPU, where XLA fuses it into fewer kernels
 (benchmarks/README.md), else 'xla'. Linear attention is ``rope.linear_attention`` (RoFormer
 eq. 19), which rotates phi(q), phi(k) itself. Kernels are HF RoFormer's dense layers reshaped:
@@ -53,7 +54,7 @@ def softmax_attention(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, v_BxSxHxD: jax
     # Masked logits become large_negative, added rather than selected: the same values (an
     # added 0 is exact, and |logit| is far below half an ulp of large_negative), and XLA on CPU
     # fuses dot, bias, softmax and dot into one kernel.
-    large_negative = -0.7 * min(jnp.finfo(logits_dtype).max, jnp.finfo(jnp.float32).max)
+    large_negative = _large_negative(logits_dtype)
     logits_BxHxTxS = logits_BxHxTxS + jnp.where(mask, jnp.zeros((), logits_dtype),
                                                 jnp.asarray(large_negative, logits_dtype))
   probs_BxHxTxS = jax.nn.softmax(logits_BxHxTxS.astype(jnp.float32), axis=-1).astype(
@@ -63,6 +64,79 @@ def softmax_attention(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, v_BxSxHxD: jax
   out_BxTxHxD = jnp.einsum('BHTS,BSHD->BTHD', probs_BxHxTxS, v_BxSxHxD)
   extra_BxTxHxD = None if value_term is None else value_term(probs_BxHxTxS)
   return out_BxTxHxD if extra_BxTxHxD is None else out_BxTxHxD + extra_BxTxHxD
+
+
+def _large_negative(dtype) -> float:
+  return -0.7 * min(jnp.finfo(dtype).max, jnp.finfo(jnp.float32).max)
+
+
+def _blocks(x_BxLx___: jax.Array, size: int, fill=0) -> jax.Array:
+  """[num_blocks, batch, size, ...]: ``x`` padded with ``fill`` along the length to whole
+  blocks."""
+  pad = -x_BxLx___.shape[1] % size
+  widths = [(0, 0), (0, pad)] + [(0, 0)] * (x_BxLx___.ndim - 2)
+  x_BxLx___ = jnp.pad(x_BxLx___, widths, constant_values=fill)
+  blocks = x_BxLx___.reshape(x_BxLx___.shape[0], -1, size, *x_BxLx___.shape[2:])
+  return jnp.moveaxis(blocks, 1, 0)
+
+
+def chunked_attention(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, v_BxSxHxD: jax.Array,
+                      mask_BxS: jax.Array, positions_BxS: jax.Array, *, chunk_size: int,
+                      block_bias: Callable[[jax.Array, jax.Array], jax.Array | None],
+                      block_value_term: Callable[[jax.Array, jax.Array], jax.Array | None]
+                      ) -> jax.Array:
+  """``softmax_attention`` in blocks of ``chunk_size`` queries x keys with an online softmax
+  (Rabe and Staats 2021): memory linear in the length, gradients recomputed per block.
+
+  The queries are the first T of the S positions ``positions_BxS``. ``block_bias(q_BxCxHxD,
+  relative_BxCxC)`` and ``block_value_term(unnormalised_probs_BxHxCxC, relative_BxCxC)`` give a
+  block's position terms from its key-minus-query distances (None: no term).
+  """
+  logits_dtype = jnp.promote_types(q_BxTxHxD.dtype, jnp.float32)
+  large_negative = _large_negative(logits_dtype)
+  scale = jnp.asarray(1.0 / np.sqrt(q_BxTxHxD.shape[-1]), q_BxTxHxD.dtype)
+  q_size, k_size = min(chunk_size, q_BxTxHxD.shape[1]), min(chunk_size, k_BxSxHxD.shape[1])
+  keys = (_blocks(k_BxSxHxD, k_size), _blocks(v_BxSxHxD, k_size),
+          _blocks(mask_BxS, k_size, fill=False), _blocks(positions_BxS, k_size))
+
+  @jax.checkpoint
+  def key_block(carry, block):
+    q_BxCxHxD, q_positions_BxC, (max_BxHxC, sum_BxHxC, out_BxCxHxD) = carry
+    k_BxKxHxD, v_BxKxHxD, mask_BxK, k_positions_BxK = block
+    logits_BxHxCxK = jnp.einsum('BCHD,BKHD->BHCK', q_BxCxHxD * scale, k_BxKxHxD,
+                                preferred_element_type=logits_dtype)
+    relative_BxCxK = (k_positions_BxK[:, None, :] - q_positions_BxC[:, :, None]).astype(jnp.int32)
+    if (bias := block_bias(q_BxCxHxD, relative_BxCxK)) is not None:
+      logits_BxHxCxK = logits_BxHxCxK + bias
+    logits_BxHxCxK = (logits_BxHxCxK + jnp.where(mask_BxK[:, None, None, :], 0.0, large_negative)
+                      ).astype(jnp.float32)
+    new_max_BxHxC = jax.lax.stop_gradient(jnp.maximum(max_BxHxC, logits_BxHxCxK.max(-1)))
+    probs_BxHxCxK = jnp.exp(logits_BxHxCxK - new_max_BxHxC[..., None])
+    rescale_BxHxC = jnp.exp(max_BxHxC - new_max_BxHxC)
+    block_BxCxHxD = jnp.einsum('BHCK,BKHD->BCHD', probs_BxHxCxK.astype(v_BxKxHxD.dtype), v_BxKxHxD,
+                               preferred_element_type=jnp.float32)
+    if (term := block_value_term(probs_BxHxCxK, relative_BxCxK)) is not None:
+      block_BxCxHxD = block_BxCxHxD + term
+    out_BxCxHxD = out_BxCxHxD * jnp.swapaxes(rescale_BxHxC, 1, 2)[..., None] + block_BxCxHxD
+    totals = (new_max_BxHxC, sum_BxHxC * rescale_BxHxC + probs_BxHxCxK.sum(-1), out_BxCxHxD)
+    return (q_BxCxHxD, q_positions_BxC, totals), None
+
+  def query_block(block):
+    q_BxCxHxD, q_positions_BxC = block
+    batch, size, heads, dim = q_BxCxHxD.shape
+    totals = (jnp.full((batch, heads, size), -jnp.inf, jnp.float32),
+              jnp.zeros((batch, heads, size), jnp.float32),
+              jnp.zeros((batch, size, heads, v_BxSxHxD.shape[-1]), jnp.float32))
+    (_, _, (_, sum_BxHxC, out_BxCxHxD)), _ = jax.lax.scan(
+        key_block, (q_BxCxHxD, q_positions_BxC, totals), keys)
+    return out_BxCxHxD / jnp.swapaxes(sum_BxHxC, 1, 2)[..., None]
+
+  length = q_BxTxHxD.shape[1]
+  out_NxBxCxHxD = jax.lax.map(query_block, (_blocks(q_BxTxHxD, q_size),
+                                            _blocks(positions_BxS[:, :length], q_size)))
+  out_BxTxHxD = jnp.moveaxis(out_NxBxCxHxD, 0, 1).reshape(
+      q_BxTxHxD.shape[0], -1, *out_NxBxCxHxD.shape[-2:])[:, :length]
+  return out_BxTxHxD.astype(v_BxSxHxD.dtype)
 
 
 def dot_product_attention(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, v_BxSxHxD: jax.Array,
@@ -104,6 +178,7 @@ class SelfAttention(nnx.Module):
     self.dropout = nnx.Dropout(cfg.attention_dropout_rate, deterministic=cfg.deterministic)
     self.kind = cfg.attention
     self.implementation = cfg.attention_impl
+    self.chunk_size = cfg.attention_chunk_size
     self.feature_map = cfg.linear_feature_map
 
   def __call__(self, x_BxLxE: jax.Array, mask_BxL: jax.Array, ctx: PositionContext, *,
@@ -139,6 +214,10 @@ class SelfAttention(nnx.Module):
     with jax.named_scope('positions'):
       q_BxTxHxD = self.positions.rotate(q_BxTxHxD, ctx_q, 'query')
       k_BxLxHxD = self.positions.rotate(k_BxLxHxD, ctx, 'key')
+    if self.implementation == 'chunked':
+      with jax.named_scope('chunked_attention'):
+        return self._chunked(q_BxTxHxD, k_BxLxHxD, v_BxLxHxD, mask_BxL, ctx)
+    with jax.named_scope('positions'):
       bias = self.positions.bias(q_BxTxHxD, ctx_q)
     dropout = None
     if self.dropout.rate > 0 and not self.dropout.deterministic:
@@ -150,3 +229,11 @@ class SelfAttention(nnx.Module):
       return dot_product_attention(q_BxTxHxD, k_BxLxHxD, v_BxLxHxD, bias,
                                    mask_BxL[:, None, None, :], implementation=self.implementation,
                                    dropout=dropout, value_term=value_term)
+
+  def _chunked(self, q_BxTxHxD: jax.Array, k_BxLxHxD: jax.Array, v_BxLxHxD: jax.Array,
+               mask_BxL: jax.Array, ctx: PositionContext) -> jax.Array:
+    hooks = self.positions
+    return chunked_attention(
+        q_BxTxHxD, k_BxLxHxD, v_BxLxHxD, mask_BxL, ctx.positions, chunk_size=self.chunk_size,
+        block_bias=lambda q, relative: hooks.block_bias(q, ctx, relative),
+        block_value_term=lambda probs, relative: hooks.block_value_term(probs, ctx, relative))

@@ -24,7 +24,7 @@ from models import positions
 
 ATTENTION_KINDS = ('softmax', 'linear')
 # How softmax attention is computed (``models.attention.dot_product_attention``).
-ATTENTION_IMPLEMENTATIONS = ('auto', 'explicit', 'xla', 'cudnn')
+ATTENTION_IMPLEMENTATIONS = ('auto', 'explicit', 'xla', 'cudnn', 'chunked')
 NORMS = ('post', 'pre')
 POOLINGS = ('cls', 'mean')
 DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
@@ -66,6 +66,7 @@ class ModelConfig:
   position: str
   attention: str
   attention_impl: str
+  attention_chunk_size: int
   num_layers: int | None
   hidden_size: int | None
   num_heads: int | None
@@ -102,7 +103,8 @@ class ModelConfig:
   def _check(self) -> None:
     _positive('vocab_size', self.vocab_size)
     _positive('num_classes', self.num_classes)
-    for name in _SIZED + ('embedding_size', 'max_length', 'layer_norm_eps', 'init_std'):
+    for name in _SIZED + ('embedding_size', 'max_length', 'layer_norm_eps', 'init_std',
+                          'attention_chunk_size'):
       _positive(f'model.{name}', getattr(self, name))
     if self.type_vocab_size < 0:
       raise ValueError(f'model.type_vocab_size must be >= 0, got {self.type_vocab_size}.')
@@ -117,6 +119,9 @@ class ModelConfig:
     if self.hidden_size % self.num_heads:
       raise ValueError(f'model.hidden_size={self.hidden_size} is not divisible by '
                        f'model.num_heads={self.num_heads}.')
+    if self.attention_impl == 'chunked' and self.attention_dropout_rate > 0:
+      raise ValueError('model.attention_dropout_rate must be 0 with model.attention_impl=chunked '
+                       '(the probabilities are never formed whole); use explicit.')
     if self.attention == 'linear' and self.attention_dropout_rate > 0:
       raise ValueError('model.attention_dropout_rate must be 0 with model.attention=linear '
                        '(linear attention forms no attention probabilities).')

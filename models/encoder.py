@@ -201,6 +201,8 @@ class Classifier(nnx.Module):
     x_BxLxE = sharding.constrain(x_BxLxE, _HIDDEN)
     with jax.named_scope('positions'):
       ctx = self.positions.prepare(positions_BxL)
+      if positions_lib.blockwise(self.cfg):
+        ctx = ctx._replace(positions=positions_BxL)
     apply = nnx.remat(EncoderLayer.__call__, static_argnums=5) if self.cfg.remat else (
         EncoderLayer.__call__)
     for i, layer in enumerate(self.layers):

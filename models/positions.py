@@ -9,6 +9,11 @@ shaw) and ``value_term`` on the probabilities (Shaw with ``model.shaw_values``).
 
 Relative distances are key minus query position, from the explicit integer positions
 [batch, length], so shifting all positions changes nothing; nothing here invents an arange.
+
+With ``model.attention_impl='chunked'`` nothing of size length x length is formed: the context
+keeps the positions and the schemes' small tables, and attention asks the hooks for the bias
+(``block_bias``) and value term (``block_value_term``) of one block of queries and keys at a
+time, from the block's relative distances.
 """
 
 from __future__ import annotations
@@ -34,12 +39,16 @@ class PositionContext(NamedTuple):
 
   ``rotary_tables``: float32 sin/cos [batch, length, rotary_dim/2]; ``bias``: float32 logits term
   [batch, heads, length_q, length_k]; ``relative`` (Shaw): int32 clipped distances + k, in
-  [0, 2k], [batch, length_q, length_k].
+  [0, 2k], [batch, length_q, length_k]. Blockwise (chunked attention): ``positions`` [batch,
+  length] (the keys'; the queries are the first ones; set by the encoder) and ``pair_table``, the
+  scheme's table that ``block_bias`` reads (T5's bucket embeddings, ALiBi's slopes).
   """
 
   rotary_tables: rope.RotaryTables | None = None
   bias: jax.Array | None = None
   relative: jax.Array | None = None
+  positions: jax.Array | None = None
+  pair_table: jax.Array | None = None
 
   def first_queries(self, num: int) -> PositionContext:
     """The context of queries 0 .. num - 1 only (keys unchanged), for the query-side hooks."""
@@ -49,7 +58,13 @@ class PositionContext(NamedTuple):
     return PositionContext(
         rotary_tables=tables,
         bias=None if self.bias is None else self.bias[:, :, :num],
-        relative=None if self.relative is None else self.relative[:, :num])
+        relative=None if self.relative is None else self.relative[:, :num],
+        positions=self.positions, pair_table=self.pair_table)
+
+
+def blockwise(cfg) -> bool:
+  """Whether attention asks for blocks (``model.attention_impl='chunked'``), not whole tensors."""
+  return cfg.attention == 'softmax' and cfg.attention_impl == 'chunked'
 
 
 def relative_positions(positions_BxL: jax.Array) -> jax.Array:
@@ -101,6 +116,19 @@ class LayerHooks(nnx.Module):
   def value_term(self, probs_BxHxTxS: jax.Array, ctx: PositionContext) -> jax.Array | None:
     """Added to the attention output [batch, length, heads, head_dim], or None."""
     del probs_BxHxTxS, ctx
+    return None
+
+  def block_bias(self, q_BxTxHxD: jax.Array, ctx: PositionContext,
+                 relative_BxTxS: jax.Array) -> jax.Array | None:
+    """``bias`` for one block of queries and keys, whose key-minus-query distances are
+    ``relative``."""
+    del q_BxTxHxD, ctx, relative_BxTxS
+    return None
+
+  def block_value_term(self, probs_BxHxTxS: jax.Array, ctx: PositionContext,
+                       relative_BxTxS: jax.Array) -> jax.Array | None:
+    """``value_term`` for one block (``probs`` may be unnormalised: the term is linear)."""
+    del probs_BxHxTxS, ctx, relative_BxTxS
     return None
 
 
@@ -244,6 +272,7 @@ class ShawHooks(LayerHooks):
   """One layer's relative representations a^K (and a^V) for clipped distances -k .. k."""
 
   def __init__(self, cfg, *, rngs: nnx.Rngs):
+    self.max_distance = cfg.shaw_max_distance
     num_relative = 2 * cfg.shaw_max_distance + 1
     metadata = sharding.param_metadata((None, sharding.KV))
     self.key_table = nnx.Param(
@@ -254,13 +283,13 @@ class ShawHooks(LayerHooks):
           cfg.initializer(rngs.positions(), (num_relative, cfg.head_dim), jnp.float32), **metadata)
     self.mixes_values = cfg.shaw_values
 
-  def bias(self, q_BxLxHxD: jax.Array, ctx: PositionContext) -> jax.Array:
+  def bias(self, q_BxTxHxD: jax.Array, ctx: PositionContext) -> jax.Array:
     """q_i . a^K_(j-i) / sqrt(head_dim) (eq. 4): q_i . a^K_r for the 2k+1 r, then a gather."""
-    table_RxD = self.key_table[...].astype(q_BxLxHxD.dtype)
-    qa_BxHxTxR = jnp.einsum('BTHD,RD->BHTR', q_BxLxHxD, table_RxD,
+    table_RxD = self.key_table[...].astype(q_BxTxHxD.dtype)
+    qa_BxHxTxR = jnp.einsum('BTHD,RD->BHTR', q_BxTxHxD, table_RxD,
                             preferred_element_type=jnp.float32)
     bias_BxHxTxS = gather_relative(qa_BxHxTxR, ctx.relative)
-    return bias_BxHxTxS / math.sqrt(q_BxLxHxD.shape[-1])
+    return bias_BxHxTxS / math.sqrt(q_BxTxHxD.shape[-1])
 
   def value_term(self, probs_BxHxTxS: jax.Array, ctx: PositionContext) -> jax.Array | None:
     """sum_j p_ij a^V_(j-i) (eq. 3): the probability mass per distance (float32 sum) times a^V."""
@@ -271,6 +300,16 @@ class ShawHooks(LayerHooks):
                                     num_relative).astype(probs_BxHxTxS.dtype)
     return jnp.einsum('BHTR,RD->BTHD', mass_BxHxTxR,
                       self.value_table[...].astype(probs_BxHxTxS.dtype))
+
+  def _clipped(self, relative_BxTxS: jax.Array) -> PositionContext:
+    k = self.max_distance
+    return PositionContext(relative=jnp.clip(relative_BxTxS, -k, k) + k)
+
+  def block_bias(self, q_BxTxHxD, ctx, relative_BxTxS):
+    return self.bias(q_BxTxHxD, self._clipped(relative_BxTxS))
+
+  def block_value_term(self, probs_BxHxTxS, ctx, relative_BxTxS):
+    return self.value_term(probs_BxHxTxS, self._clipped(relative_BxTxS))
 
 
 @register('shaw', supports_linear=False, options=('model.shaw_values',))
@@ -288,6 +327,8 @@ class Shaw(PositionScheme):
       raise ValueError(f'model.shaw_max_distance must be >= 1, got {cfg.shaw_max_distance}.')
 
   def prepare(self, positions_BxL: jax.Array) -> PositionContext:
+    if blockwise(self.cfg):  # the block's distances come from the positions
+      return PositionContext()
     k = self.cfg.shaw_max_distance
     return PositionContext(relative=jnp.clip(relative_positions(positions_BxL), -k, k) + k)
 
@@ -313,6 +354,23 @@ def t5_buckets(relative_BxTxS: jax.Array, num_buckets: int, max_distance: int) -
   return offset_BxTxS + jnp.where(distance_BxTxS < max_exact, distance_BxTxS, large_BxTxS)
 
 
+class T5Hooks(LayerHooks):
+  """The blockwise T5 bias, from the shared bucket embeddings the context carries."""
+
+  def __init__(self, num_buckets: int, max_distance: int):
+    self.num_buckets, self.max_distance = num_buckets, max_distance
+
+  def block_bias(self, q_BxTxHxD, ctx, relative_BxTxS):
+    return t5_bias(ctx.pair_table, relative_BxTxS, self.num_buckets, self.max_distance)
+
+
+def t5_bias(embedding_KxH: jax.Array, relative_BxTxS: jax.Array, num_buckets: int,
+            max_distance: int) -> jax.Array:
+  """float32 [batch, heads, length_q, length_k]: the bucket embeddings of the distances."""
+  buckets_BxTxS = t5_buckets(relative_BxTxS, num_buckets, max_distance)
+  return jnp.take(embedding_KxH, buckets_BxTxS, axis=0).transpose(0, 3, 1, 2)
+
+
 @register('t5', supports_linear=False)
 class T5(PositionScheme):
   """A learned scalar per (bucketed relative distance, head), shared by all layers (Raffel et
@@ -321,6 +379,7 @@ class T5(PositionScheme):
   def __init__(self, cfg, *, rngs: nnx.Rngs):
     self.num_buckets = cfg.t5_num_buckets
     self.max_distance = cfg.t5_max_distance
+    self.blockwise = blockwise(cfg)
     self.embedding = nnx.Param(
         cfg.initializer(rngs.positions(), (cfg.t5_num_buckets, cfg.num_heads), jnp.float32),
         **sharding.param_metadata((None, sharding.HEADS)))
@@ -336,10 +395,14 @@ class T5(PositionScheme):
                        f'{cfg.t5_num_buckets // 4}).')
 
   def prepare(self, positions_BxL: jax.Array) -> PositionContext:
-    buckets_BxTxS = t5_buckets(relative_positions(positions_BxL), self.num_buckets,
-                               self.max_distance)
-    bias_BxTxSxH = jnp.take(self.embedding[...], buckets_BxTxS, axis=0)
-    return PositionContext(bias=bias_BxTxSxH.transpose(0, 3, 1, 2))
+    if self.blockwise:
+      return PositionContext(pair_table=self.embedding[...])
+    return PositionContext(bias=t5_bias(self.embedding[...], relative_positions(positions_BxL),
+                                        self.num_buckets, self.max_distance))
+
+  def layer_hooks(self, *, rngs: nnx.Rngs) -> LayerHooks:
+    del rngs
+    return T5Hooks(self.num_buckets, self.max_distance)
 
 
 def alibi_slopes(num_heads: int) -> np.ndarray:
@@ -357,6 +420,19 @@ def alibi_slopes(num_heads: int) -> np.ndarray:
   return np.asarray(slopes, np.float32)
 
 
+def alibi_bias(slopes_H: jax.Array, relative_BxTxS: jax.Array) -> jax.Array:
+  """float32 [batch, heads, length_q, length_k]: -slope_h |j - i|."""
+  distance_Bx1xTxS = jnp.abs(relative_BxTxS)[:, None].astype(jnp.float32)
+  return -slopes_H[None, :, None, None] * distance_Bx1xTxS
+
+
+class AlibiHooks(LayerHooks):
+  """The blockwise ALiBi bias, from the slopes the context carries."""
+
+  def block_bias(self, q_BxTxHxD, ctx, relative_BxTxS):
+    return alibi_bias(ctx.pair_table, relative_BxTxS)
+
+
 @register('alibi', supports_linear=False)
 class ALiBi(PositionScheme):
   """Fixed linear biases -slope_h |j - i| (Press, Smith and Lewis 2022), in the symmetric form
@@ -365,11 +441,17 @@ class ALiBi(PositionScheme):
   def __init__(self, cfg, *, rngs: nnx.Rngs):
     del rngs
     self.num_heads = cfg.num_heads
+    self.blockwise = blockwise(cfg)
 
   def prepare(self, positions_BxL: jax.Array) -> PositionContext:
-    slopes_1xHx1x1 = jnp.asarray(alibi_slopes(self.num_heads))[None, :, None, None]
-    distance_Bx1xTxS = jnp.abs(relative_positions(positions_BxL))[:, None]
-    return PositionContext(bias=-slopes_1xHx1x1 * distance_Bx1xTxS.astype(jnp.float32))
+    slopes_H = jnp.asarray(alibi_slopes(self.num_heads))
+    if self.blockwise:
+      return PositionContext(pair_table=slopes_H)
+    return PositionContext(bias=alibi_bias(slopes_H, relative_positions(positions_BxL)))
+
+  def layer_hooks(self, *, rngs: nnx.Rngs) -> LayerHooks:
+    del rngs
+    return AlibiHooks()
 
 
 class RotaryHooks(LayerHooks):

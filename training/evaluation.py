@@ -34,7 +34,8 @@ def parse_lengths(text: str) -> list[int]:
 
 
 # Config fields an evaluation may change: none of them changes a parameter's shape or value.
-EVAL_OVERRIDES = ('rope.', 'data.max_length', 'model.attention_impl', 'train.eval_batch_size')
+EVAL_OVERRIDES = ('rope.', 'data.max_length', 'model.attention_impl', 'model.attention_chunk_size',
+                  'train.eval_batch_size')
 
 
 def parse_overrides(items: Sequence[str]) -> dict[str, str]:
@@ -50,7 +51,7 @@ def parse_overrides(items: Sequence[str]) -> dict[str, str]:
     if not any(key == f or (f.endswith('.') and key.startswith(f)) for f in EVAL_OVERRIDES):
       raise ValueError(f'--override={item!r}: {key} cannot change at evaluation, as it would '
                        'change the parameters or what was trained. An evaluation may override '
-                       'rope.*, data.max_length, model.attention_impl and '
+                       'rope.*, data.max_length, model.attention_impl(_chunk_size) and '
                        'train.eval_batch_size; retrain (or fine-tune) for anything else.')
     overrides[key] = value.strip()
   return overrides
