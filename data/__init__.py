@@ -6,8 +6,9 @@ This namespace holds only the names a config may use, importable without TensorF
 
 * embedded, generated or read on this machine and prepared automatically into ``data.data_dir``
   (TFDS's default directory if unset) on first use: ``position_probes/<task>`` (order, distance,
-  nearest; see ``data/position_probes.py``), ``listops``, ``listops/small`` and ``fortunes``
-  (needs ``apt-get install fortunes``);
+  nearest; see ``data/position_probes.py``), ``listops``, ``listops/small``, ``fortunes``
+  (needs ``apt-get install fortunes``) and ``manpages``, long documents (needs ``apt-get install
+  manpages manpages-dev``; ``data/manpages.py``);
 * TFDS text datasets, which must be prepared beforehand (no download here; see
   ``python -m data.prepare``): ``imdb_reviews``, ``glue/sst2``, ``ag_news_subset``,
   ``yelp_polarity_reviews`` (splits in ``TFDS_TEXT_DATASETS``);
@@ -24,7 +25,7 @@ import dataclasses
 
 PROBE_TASKS = ('order', 'distance', 'nearest')
 EMBEDDED_DATASETS = tuple(f'position_probes/{task}' for task in PROBE_TASKS) + (
-    'listops', 'listops/small', 'fortunes')
+    'listops', 'listops/small', 'fortunes', 'manpages')
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,6 +22,7 @@ import data
 from data import files as files_lib
 from data import fortunes
 from data import listops
+from data import manpages
 from data import pipeline
 from data import position_probes
 from data import sources
@@ -58,6 +59,8 @@ def embedded_builder(name: str, data_dir: str | None) -> tfds.core.GeneratorBase
     return listops.Listops(config='small', data_dir=data_dir)
   if name == 'fortunes':
     return fortunes.Fortunes(config='topics', data_dir=data_dir)
+  if name == 'manpages':
+    return manpages.Manpages(config='kinds', data_dir=data_dir)
   raise ValueError(f'{name!r} is not an embedded dataset; valid: {data.EMBEDDED_DATASETS}')
 
 

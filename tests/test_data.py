@@ -22,6 +22,7 @@ from data import datasets
 from data import files as files_lib
 from data import fortunes
 from data import listops
+from data import manpages
 from data import position_probes
 from data import sources
 from data import tokenizers
@@ -553,3 +554,65 @@ def test_fortunes_dataset(tmp_path):
                                             max_length=128), 'test', workdir=None,
                                     global_batch_size=256))
   assert sum(b['weight'].sum() for b in batches) == len(examples['test'])
+
+
+# ---------------------------------------------------------------- man pages
+
+_PAGE = r'''.\" Copyright and license comments are dropped.
+.TH OPEN 2 2023-02-05 "Linux man-pages 6.03"
+.SH NAME
+open \- open a file
+.SH SYNOPSIS
+.nf
+.B #include <fcntl.h>
+.PP
+.BI "int open(const char *" pathname ", int " flags );
+.fi
+.SH DESCRIPTION
+The
+.BR open ()
+system call opens the file \fIpathname\fP.
+It returns \(lqa descriptor\(rq.
+'''
+
+
+def test_man_page_roff_becomes_text():
+  text = manpages.roff_to_text(_PAGE)
+  assert text.split('\n\n') == [
+      'NAME', 'open - open a file', 'SYNOPSIS', '#include <fcntl.h>',
+      'int open(const char *pathname, int flags);', 'DESCRIPTION',
+      'The open() system call opens the file pathname. It returns "a descriptor".']
+  assert manpages.roff_to_text('.\\" c\n.so man2/open.2\n') is None  # a redirect
+
+
+def test_man_pages_dataset_from_the_package_lists(tmp_path):
+  """Pages come from the packages' dpkg lists (links and short pages dropped), labelled by
+  section; a missing package fails fast with the install command."""
+  man = tmp_path / 'man'
+  body = 'Words about the call. ' * 120
+  for section, name in (('2', 'open'), ('3', 'printf'), ('7', 'signal')):
+    (man / f'man{section}').mkdir(parents=True, exist_ok=True)
+    with gzip.open(man / f'man{section}' / f'{name}.{section}.gz', 'wt') as f:
+      f.write(_PAGE.replace('open', name) + body)
+  with gzip.open(man / 'man3' / 'short.3.gz', 'wt') as f:
+    f.write(_PAGE)
+  os.symlink(man / 'man3' / 'printf.3.gz', man / 'man3' / 'fprintf.3.gz')
+  pages = sorted(str(p) for p in man.rglob('*.gz'))
+  (tmp_path / 'manpages.list').write_text('/usr\n' + '\n'.join(pages) + '\n')
+  config = manpages.ManpagesConfig(name='t', packages=('manpages',), dpkg_info=str(tmp_path))
+  examples = manpages.load_examples(config)
+  labels = sorted(label for split in examples.values() for _, label in split)
+  assert labels == [0, 1, 2]  # system call, library function, other; no link, no short page
+  missing = manpages.ManpagesConfig(name='m', packages=('manpages-dev',),
+                                    dpkg_info=str(tmp_path))
+  with pytest.raises(FileNotFoundError, match='apt-get install manpages-dev'):
+    manpages.load_examples(missing)
+
+
+@pytest.mark.skipif(not os.path.isfile(f'{manpages.DPKG_INFO}/manpages-dev.list'),
+                    reason='apt-get install manpages manpages-dev')
+def test_man_pages_are_long_documents():
+  examples = manpages.load_examples(manpages.ManpagesConfig(name='kinds'))
+  sizes = sorted(len(text.encode()) for split in examples.values() for text, _ in split)
+  assert len(sizes) > 600 and sizes[len(sizes) // 2] >= 4000
+  assert {label for _, label in examples['test']} == {0, 1, 2}

@@ -1,0 +1,181 @@
+"""Man pages: long real documents, classified by the kind of page, available offline.
+
+The Linux man-pages project (Debian's ``manpages`` and ``manpages-dev``, ``apt-get install
+manpages manpages-dev``) documents system calls (section 2), library functions (section 3) and
+commands, devices, file formats and overviews (sections 1, 4, 5, 6, 7, 8). Each page is one
+document; the task is its kind, three classes: ``system call``, ``library function``, ``other``.
+The pages are the packages' own files (their dpkg file lists), so the data do not depend on what
+else is installed. ``.so`` redirects are dropped, and the roff source becomes plain text
+(``roff_to_text``): comments, the ``.TH`` title line (it holds the section number, i.e. the
+label) and formatting requests go; section headings and text stay. Pages shorter than
+``min_bytes`` and texts seen twice are dropped. The split is fixed by MD5 of the text (0:
+``test``, 1: ``validation``, else ``train``). Related pages (``printf(3)`` and ``fprintf``'s
+family share one page; ``open(2)`` and ``openat2(2)`` do not) can fall in different splits.
+
+Long documents: the median page is over 4,000 bytes, so byte-level models see more of each page
+at 1k, 2k and 4k tokens than at 512 (the ``SEE ALSO`` list, which names related pages with their
+sections, is at the end).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import hashlib
+import os
+import re
+
+import tensorflow_datasets as tfds
+
+from data import sources
+
+DPKG_INFO = '/var/lib/dpkg/info'
+PACKAGES = ('manpages', 'manpages-dev')
+CLASSES = ('system call', 'library function', 'other')
+_SECTION_CLASS = {'2': 0, '3': 1}
+
+# Requests whose arguments are text in another font (kept, joined as roff joins them).
+_FONT_REQUESTS = {'B', 'I', 'SM', 'SB', 'BR', 'BI', 'IB', 'RB', 'IR', 'RI'}
+_ALTERNATING = {'BR', 'BI', 'IB', 'RB', 'IR', 'RI'}
+_PARAGRAPH_REQUESTS = {'PP', 'P', 'LP', 'TP', 'HP', 'sp', 'br', 'RS', 'RE'}
+_ESCAPES = [
+    (r'\\".*', ''),  # comment to the end of the line
+    (r'\\f(\[[^\]]*\]|\(..|.)', ''),  # font changes
+    (r'\\s[-+]?\d', ''),  # size changes
+    (r'\\\*?\((lq|rq|dq)', '"'), (r'\\\*?\[(lq|rq|dq)\]', '"'), (r'\\\(aq|\\\[aq\]', "'"),
+    (r'\\\(em|\\\[em\]', '--'), (r'\\\(en|\\\[en\]', '-'), (r'\\\(bu|\\\[bu\]', '*'),
+    (r'\\\(co|\\\[co\]', '(c)'), (r'\\\(mu|\\\[mu\]', 'x'), (r'\\\(ti|\\\[ti\]', '~'),
+    (r'\\\(ha|\\\[ha\]', '^'), (r'\\\(rs|\\\[rs\]', '\\\\'), (r'\\\(.{2}|\\\[[^\]]*\]', ''),
+    (r'\\\*.', ''), (r'\\-', '-'), (r'\\[~ 0]', ' '), (r'\\[&:%c/,|^)]', ''), (r'\\e', '\\\\'),
+]
+
+
+@dataclasses.dataclass(eq=False)
+class ManpagesConfig(tfds.core.BuilderConfig):
+  """Which packages' pages, where dpkg lists their files, and the shortest page kept."""
+
+  packages: tuple[str, ...] = PACKAGES
+  dpkg_info: str = DPKG_INFO
+  min_bytes: int = 2000
+
+
+def _arguments(text: str) -> list[str]:
+  """A request's arguments: space-separated, double quotes group."""
+  return [a[1:-1] if a.startswith('"') else a for a in re.findall(r'"[^"]*"?|\S+', text)]
+
+
+def _unescape(line: str) -> str:
+  for pattern, replacement in _ESCAPES:
+    line = re.sub(pattern, replacement, line)
+  return line
+
+
+def _request(name: str, rest: str) -> tuple[str, str]:
+  """What a request line does: ('text', words), ('heading', title), ('break', ''), ('nofill' or
+  'fill', '') or ('skip', '')."""
+  if name in ('SH', 'SS'):
+    return 'heading', ' '.join(_arguments(rest))
+  if name in _FONT_REQUESTS:
+    return 'text', ('' if name in _ALTERNATING else ' ').join(_arguments(rest))
+  if name in ('IP', 'TQ'):
+    return 'break', ' '.join(_arguments(rest)[:1])
+  if name in ('nf', 'EX'):
+    return 'nofill', ''
+  if name in ('fi', 'EE'):
+    return 'fill', ''
+  if name in _PARAGRAPH_REQUESTS:
+    return 'break', ''
+  return 'skip', ''
+
+
+def roff_to_text(source: str) -> str | None:
+  """A man page's roff source as plain text (paragraphs filled into lines, as man shows them;
+  no-fill blocks such as code line by line), or None for a ``.so`` redirect to another page."""
+  blocks, paragraph, fill = [], [], True
+
+  def flush():
+    if paragraph:
+      blocks.append((' ' if fill else '\n').join(paragraph))
+      paragraph.clear()
+
+  for line in source.splitlines():
+    if line.startswith('.so '):
+      return None
+    kind, text = 'text', line
+    if line[:1] in ('.', "'"):
+      name, _, rest = line[1:].strip().partition(' ')
+      kind, text = _request(name, rest)
+    elif line.startswith(('\\"', '\\}')):
+      continue
+    text = _unescape(text).strip() if fill else _unescape(text).rstrip()
+    if kind in ('heading', 'break', 'nofill', 'fill'):
+      flush()
+      fill = {'nofill': False, 'fill': True}.get(kind, fill)
+    if text and kind != 'skip':
+      (blocks if kind == 'heading' else paragraph).append(text)
+  flush()
+  return '\n\n'.join(blocks).strip()
+
+
+def page_files(config: ManpagesConfig) -> list[tuple[str, str]]:
+  """(path, section) of every English man page the packages install, sorted; FileNotFoundError
+  naming the install command when a package is missing."""
+  pages = []
+  for package in config.packages:
+    listing = os.path.join(config.dpkg_info, f'{package}.list')
+    if not os.path.isfile(listing):
+      raise FileNotFoundError(
+          f'The {package!r} package is not installed ({listing} is missing). Install the man '
+          f'pages with `apt-get install {" ".join(config.packages)}` (Debian/Ubuntu), or use '
+          'another data.name.')
+    with open(listing) as f:
+      for path in f.read().split('\n'):
+        match = re.fullmatch(r'.*/man/man(\d)/[^/]+\.\d\w*\.gz', path)
+        if match and os.path.isfile(path) and not os.path.islink(path):  # links: same page
+          pages.append((path, match.group(1)))
+  return sorted(pages)
+
+
+def split_of(text: str) -> str:
+  """The fixed split of a page: by MD5 of its text, modulo 10 (0: test, 1: validation)."""
+  bucket = int(hashlib.md5(text.encode('utf-8')).hexdigest(), 16) % 10
+  return {0: 'test', 1: 'validation'}.get(bucket, 'train')
+
+
+def load_examples(config: ManpagesConfig) -> dict[str, list[tuple[str, int]]]:
+  """Split name -> (text, class id) pairs, in path order."""
+  examples: dict[str, list[tuple[str, int]]] = {'train': [], 'validation': [], 'test': []}
+  seen = set()
+  for path, section in page_files(config):
+    with gzip.open(path, 'rb') as f:
+      text = roff_to_text(f.read().decode('utf-8', errors='replace'))
+    if text is None or len(text.encode('utf-8')) < config.min_bytes or text in seen:
+      continue
+    seen.add(text)
+    examples[split_of(text)].append((text, _SECTION_CLASS.get(section, 2)))
+  return examples
+
+
+class Manpages(tfds.core.GeneratorBasedBuilder):
+  """Is a Linux man page about a system call, a library function, or something else."""
+
+  VERSION = tfds.core.Version('1.0.0')
+  RELEASE_NOTES = {'1.0.0': 'Debian manpages and manpages-dev, split by MD5 of the text.'}
+  BUILDER_CONFIGS = [ManpagesConfig(name='kinds', description='Three kinds: ' +
+                                    ', '.join(CLASSES))]
+
+  def _info(self) -> tfds.core.DatasetInfo:
+    return sources.text_info(
+        self, tfds.features.ClassLabel(names=CLASSES), description=__doc__,
+        homepage='https://www.kernel.org/doc/man-pages/',
+        citation='@misc{manpages, title = {The Linux man-pages project}, '
+                 'howpublished = {Debian packages manpages and manpages-dev}}')
+
+  def _split_generators(self, dl_manager: tfds.download.DownloadManager):
+    del dl_manager  # Local files; nothing to download.
+    examples = load_examples(self.builder_config)
+    return {split: self._generate_examples(pairs) for split, pairs in examples.items()}
+
+  def _generate_examples(self, pairs: list[tuple[str, int]]):
+    for text, label in pairs:
+      yield hashlib.md5(text.encode('utf-8')).hexdigest(), {'text': text, 'label': label}
