@@ -129,6 +129,10 @@ def _train() -> ml_collections.ConfigDict:
   t.eval_max_length = 0  # Evaluate the test splits up to this length at the end (0: all).
   t.skip_nonfinite = False  # On a NaN/Inf loss or gradient: False stops the run; True skips the update and counts it.
   t.compilation_cache_dir = '~/.cache/roformer_jax/xla'  # JAX persistent compilation cache ('' = off).
+  # Start from another run's weights (a train.py workdir; training/init_from.py): every parameter
+  # but the classification head ('' = a fresh start; resuming this run's own checkpoint wins).
+  t.init_from = ''
+  t.init_head = False  # With init_from: the head too (same task, e.g. a fine-tune at a longer length).
   return t
 
 

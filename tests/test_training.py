@@ -146,3 +146,53 @@ def test_command_line_train_eval_and_overrides(tmp_path, tfds_dir):
   assert proc.returncode != 0
   assert 'positon' in proc.stderr
   assert not os.path.exists(tmp_path / 'typo')
+
+
+@pytest.fixture(scope='module')
+def source_run(tmp_path_factory, run_config):
+  """A finished tiny run of 2 seeds (the source of init_from) and its config."""
+  workdir = str(tmp_path_factory.mktemp('source') / 'run')
+  config = run_config(**{'train.num_steps': 10, 'train.num_seeds': 2, 'train.eval_every': 10,
+                         'train.checkpoint_every': 10, 'train.eval_max_length': 64})
+  trainer.train_and_evaluate(config, workdir)
+  return workdir, config
+
+
+def test_init_from_copies_the_encoder_and_resume_wins(tmp_path, source_run):
+  """Every parameter but the head comes from the source's best checkpoint, the member of the
+  same seed (seed 1: the source's second); init_head copies the head too; a resumed run ignores
+  init_from."""
+  source, config = source_run
+  saved = params_of(source, 10)
+  config = config.copy_and_resolve_references()
+  config.train.update(init_from=source, num_steps=1, seed=1, num_seeds=1)
+  config.optim.warmup_steps = 1  # step 1's learning rate is 0: the parameters stay as loaded
+  trainer.train_and_evaluate(config, str(tmp_path / 'a'))
+  fresh = params_of(str(tmp_path / 'a'), 1)
+  flat = lambda p: {jax.tree_util.keystr(k): v for k, v in jax.tree_util.tree_flatten_with_path(p)[0]}
+  for key, value in flat(fresh).items():
+    if "'head'" in key:
+      assert not np.array_equal(value[0], flat(saved)[key][1]), key
+    else:
+      np.testing.assert_array_equal(value[0], flat(saved)[key][1], err_msg=key)  # seed 1
+  config.train.init_head = True
+  trainer.train_and_evaluate(config, str(tmp_path / 'b'))
+  jax.tree.map(lambda a, b: np.testing.assert_array_equal(a[0], b[1]),
+               params_of(str(tmp_path / 'b'), 1), saved)
+  config.train.update(num_steps=2, init_from=str(tmp_path / 'missing'))  # resume: not read
+  trainer.train_and_evaluate(config, str(tmp_path / 'b'))
+
+
+@pytest.mark.parametrize('field, value, phrase', [
+    ('model.position', 'alibi', "model.position ('rotary' there, 'alibi' here)"),
+    ('model.hidden_size', 32, 'model.hidden_size'),
+    ('train.init_from', '/nonexistent/run', 'is not a train.py workdir'),
+])
+def test_init_from_refuses_what_does_not_fit(tmp_path, source_run, field, value, phrase):
+  source, config = source_run
+  config = config.copy_and_resolve_references()
+  config.train.init_from = source
+  config.update_from_flattened_dict({field: value})
+  with pytest.raises(ValueError, match=phrase.replace('(', r'\(').replace(')', r'\)')):
+    trainer.train_and_evaluate(config, str(tmp_path / 'run'))
+  assert not os.path.exists(tmp_path / 'run' / 'checkpoints')

@@ -320,6 +320,25 @@ class Checkpointer:
         write_manifest(self.step_dir(step))
     return restored[STATE_ITEM]
 
+  def restore_raw(self, step: int) -> Any:
+    """The saved state as NumPy arrays on this host, whatever model wrote it (another run's
+    weights, for ``train.init_from``); CorruptCheckpointError as ``restore``."""
+    if reason := verify(self.step_dir(step), full=True):
+      raise CorruptCheckpointError(step, reason, self.directory)
+    metadata = ocp.StandardCheckpointHandler().metadata(epath.Path(self.step_dir(step)) / STATE_ITEM)
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
+                          getattr(metadata, 'tree', metadata),
+                          is_leaf=lambda m: hasattr(m, 'shape') and hasattr(m, 'dtype'))
+    try:
+      with _FailedReadEchoes.watch(), _silenced():
+        restored = self.manager.restore(
+            step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target)))
+    except Exception as e:  # pylint: disable=broad-except
+      raise CorruptCheckpointError(step, f'orbax cannot read it ({type(e).__name__})',
+                                   self.directory) from e
+    return jax.tree.map(np.asarray, restored[STATE_ITEM])
+
   def restore_first_intact(self, steps: list[int], abstract_state: Any) -> tuple[int, Any]:
     """(step, state) of the first of ``steps`` that restores; corrupt ones are reported and
     recorded in ``skipped``. NoIntactCheckpointError if none does."""

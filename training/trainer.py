@@ -18,6 +18,7 @@ from absl import logging
 
 from data import storage
 from training import checkpoints
+from training import init_from
 from training import metrics as metrics_lib
 from training import preemption
 from training import validation
@@ -64,6 +65,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   ``summary.json``: per-seed accuracy on every evaluation split). The workdir is locked for the
   run's duration: a second run on it refuses to start."""
   mesh = validation.validate(config, workdir)
+  if init_from.needed(config, workdir):
+    init_from.check_source(config)
   workdir = os.path.abspath(os.path.expanduser(workdir))
   os.makedirs(workdir, exist_ok=True)
   with workdir_lib.lock(workdir, jax.process_index()), contextlib.ExitStack() as stack:
@@ -89,6 +92,8 @@ def _setup(config: ml_collections.ConfigDict, workdir: str, mesh: jax.sharding.M
     console(f'Resumed from step {start} in {workdir}.')
   else:
     state = exp.init_state()
+    if config.train.init_from:
+      state = init_from.initial_state(state, exp, config)
   console(f'{exp.model_config.position}/{exp.model_config.attention} model, '
           f'{exp.num_params:,} parameters, {len(exp.seeds)} member(s) ({exp.member_mode}), '
           f'{jax.process_count()} process(es), {jax.device_count()} device(s), '

@@ -31,7 +31,7 @@ RESUMABLE_FIELDS = ('train.num_steps', 'train.eval_every', 'train.log_every',
                     'train.eval_max_length', 'train.members',
                     'data.prefetch', 'mesh.data', 'mesh.fsdp', 'mesh.tensor', 'mesh.dcn_data',
                     'mesh.dcn_fsdp', 'mesh.dcn_tensor', 'mesh.rules', 'model.attention_impl',
-                    'model.attention_chunk_size',
+                    'model.attention_chunk_size', 'train.init_from', 'train.init_head',
                     'model.remat')
 
 
