@@ -2,6 +2,10 @@
 plots) into the workdir.
 
   python ablate.py --config=configs/ablation/probes.py --workdir=runs/probes
+  python ablate.py --config=configs/ablation/extend.py --workdir=runs/extend  # RoPE scaling
+
+A config with an ``extend`` group (``configs/ablation/extend.py``) trains one rotary model and
+evaluates it at longer lengths under each RoPE scaling variant (``experiments/extend.py``).
 
 Finished runs are skipped, so rerunning the same command resumes an interrupted sweep (a finished
 run made with another config or data is an error, or with --fresh is moved aside and rerun);
@@ -19,6 +23,7 @@ from ml_collections import config_flags
 
 from experiments import ablation
 from experiments import cli
+from experiments import extend
 from training import distributed
 from training import trainer
 
@@ -37,9 +42,15 @@ distributed.define_flags()
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  command = 'python ' + ' '.join(shlex.quote(a) for a in sys.argv)
+  if 'extend' in FLAGS.config:  # configs/ablation/extend.py: RoPE scaling at evaluation
+    extend.check(FLAGS.config)
+    distributed.initialize_from_flags()
+    trainer.setup_runtime(FLAGS.config, quiet=not FLAGS['verbosity'].present)
+    print(extend.run(FLAGS.config, FLAGS.workdir, command=command))
+    return
   cells = ablation.select(ablation.check_grid(FLAGS.config), FLAGS.only)
   distributed.initialize_from_flags()
-  command = 'python ' + ' '.join(shlex.quote(a) for a in sys.argv)
   if FLAGS.report_only:
     print(ablation.build_report(FLAGS.config, FLAGS.workdir, cells, command=command))
     return

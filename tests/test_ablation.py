@@ -1,11 +1,14 @@
 """The ablation grid end to end on a tiny config: runs, resumes, reports."""
 
+import json
 import os
 
 import pytest
 
+from configs.ablation import extend as extend_config
 from configs.ablation import probes
 from experiments import ablation
+from experiments import extend
 from experiments import report
 from training import trainer
 
@@ -92,3 +95,62 @@ def test_not_applicable_cell_is_reported(tmp_path, tiny_ablation, trained):
   assert 'shaw (linear)' in md
 
 
+
+
+# ---------------------------------------------------------------- length extension
+
+
+@pytest.fixture
+def tiny_extend(tfds_dir):
+  c = extend_config.get_config()
+  c.extend.num_seeds = 2
+  c.extend.learning_rates = '3e-3'
+  c.extend.variants = 'none,yarn,dynamic_ntk'
+  c.extend.lengths = '128'
+  c.data.data_dir = tfds_dir
+  c.train.num_steps = c.train.eval_every = c.train.checkpoint_every = c.train.log_every = 4
+  c.optim.warmup_steps = 1
+  c.train.compilation_cache_dir = ''
+  return c
+
+
+def test_extension_overrides_per_variant():
+  assert extend.overrides_for('none', 256, 64) == {}
+  assert extend.overrides_for('yarn', 256, 64) == {
+      'rope.scaling': 'yarn', 'rope.scaling_factor': '4.0', 'rope.original_max_length': '64'}
+  assert extend.overrides_for('dynamic_ntk', 256, 64)['rope.scaling_factor'] == '1.0'
+
+
+@pytest.mark.parametrize('field, value, phrase', [
+    ('extend.variants', 'none,rope2', 'rope.scaling kinds'),
+    ('extend.lengths', '32,128', 'above the training length'),
+    ('model.position', 'alibi', 'needs model.position=rotary'),
+])
+def test_extension_config_errors(tiny_extend, field, value, phrase):
+  tiny_extend.update_from_flattened_dict({field: value})
+  with pytest.raises(ValueError, match=phrase):
+    extend.check(tiny_extend)
+
+
+def test_tiny_extension_trains_once_and_reports(tmp_path, tiny_extend, trained):
+  """One training run; every variant evaluated on its seeds; a rerun only evaluates."""
+  extend.run(tiny_extend, str(tmp_path), command='test')
+  extend.run(tiny_extend, str(tmp_path), command='test')
+  assert trained == [str(tmp_path / 'train')]
+  with open(tmp_path / extend.RESULTS_FILE) as f:
+    results = json.load(f)
+  assert set(results['results']) == {'none', 'yarn', 'dynamic_ntk'}
+  assert set(results['results']['yarn']) == {'test_128_near', 'test_128_far'}
+  assert all(len(r['accuracy']) == 2 for v in results['results'].values() for r in v.values())
+  assert len(results['comparisons']) == 4 and (tmp_path / extend.PLOT_FILE).is_file()
+
+
+def test_extension_comparisons_on_known_inputs():
+  """Paired against none; identical accuracies are 'all equal', never p = 0."""
+  results = {'none': {'t': {'length': 128, 'accuracy': [0.5, 0.5, 0.5, 0.5]}},
+             'linear': {'t': {'length': 128, 'accuracy': [0.6, 0.7, 0.8, 0.9]}},
+             'ntk': {'t': {'length': 128, 'accuracy': [0.5, 0.5, 0.5, 0.5]}}}
+  rows = extend.comparisons(results)
+  assert [r['variant'] for r in rows] == ['linear', 'ntk']
+  assert rows[0]['mean'] == pytest.approx(0.25) and rows[0]['p'] == pytest.approx(0.125)
+  assert rows[1]['zero_variance'] and rows[1]['p'] == 1.0

@@ -1,0 +1,23 @@
+"""Length extension without fine-tuning (issue 17): rotary trained on the order probe at 64
+tokens (the main job's rotary cell), then evaluated at 2x-16x under each RoPE scaling variant,
+set at evaluation time on the same weights.
+
+  python ablate.py --config=configs/ablation/extend.py --workdir=runs/extend
+"""
+
+import ml_collections
+
+from configs.ablation import probes
+
+
+def get_config():
+  c = probes.get_config()
+  del c.ablation
+  c.model.position = 'rotary'
+  c.data.name = 'position_probes/order'
+  c.extend = e = ml_collections.ConfigDict()
+  e.variants = 'none,linear,ntk,dynamic_ntk,yarn,llama3'  # rope.scaling kinds, set at evaluation.
+  e.lengths = '128,256,512,1024'  # Evaluation lengths (the probe's test splits): 2x to 16x.
+  e.learning_rates = '1e-3,3e-3'  # As the main job; the rate is chosen on validation.
+  e.num_seeds = 8  # Seeds, trained together; every variant is evaluated on all of them.
+  return c

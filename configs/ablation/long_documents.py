@@ -1,0 +1,47 @@
+"""Long documents (issue 17): does more context help, for which scheme, with softmax or linear
+attention? The embedded man pages (``data.name=manpages``: system call, library function or
+other; median page 4,692 bytes), byte-level, trained and tested at each of
+``ablation.max_lengths`` tokens (a page is cut at that length).
+
+  python ablate.py --config=configs/ablation/long_documents.py --workdir=runs/long_documents
+
+Softmax attention is computed in blocks (``model.attention_impl=chunked``: memory linear in the
+length, and faster than the written-out form on CPU beyond ~1k tokens, benchmarks/README.md).
+The defaults fit a 2-core CPU in about half an hour (512 and 2048 tokens, 2 seeds); the paper's
+question at 4k needs ``--config.ablation.max_lengths=512,1024,2048,4096`` and more seeds.
+"""
+
+import ml_collections
+
+from configs import default
+
+
+def get_config():
+  c = default.get_config()
+  c.ablation = a = ml_collections.ConfigDict()
+  a.positions = 'none,learned,alibi,rotary'  # model.position values.
+  a.datasets = 'manpages'  # data.name values.
+  a.attentions = 'softmax,linear'  # softmax vs RoFormer's eq. 19 (absolute schemes and rotary).
+  a.max_lengths = '512,2048'  # Training and test lengths in tokens (bytes + [CLS]).
+  a.learning_rates = '3e-3'  # One rate: the main job chose 3e-3 for every scheme.
+  a.num_seeds = 2  # Seeds per run, paired across schemes.
+  a.reference = 'rotary'  # Scheme the others are compared with.
+
+  c.model.size = 'tiny'  # 2 layers, narrowed as the main job.
+  c.model.hidden_size = 32
+  c.model.num_heads = 2
+  c.model.mlp_dim = 64
+  c.model.init_std = 0.1  # As the main job: off the initial plateau quickly.
+  c.model.dropout_rate = 0.0
+  c.model.attention_impl = 'chunked'
+  c.model.attention_chunk_size = 512
+  c.data.tokenizer = 'byte'
+  c.train.num_steps = 150  # 150 x 8 = 1,200 pages, about 2 epochs of the 569 training pages.
+  c.train.batch_size = 8
+  c.train.eval_every = 50
+  c.train.eval_batch_size = 8
+  c.train.checkpoint_every = 150
+  c.train.log_every = 50
+  c.optim.learning_rate = 3e-3
+  c.optim.warmup_steps = 15
+  return c

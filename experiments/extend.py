@@ -1,0 +1,168 @@
+"""Length extension without fine-tuning: one rotary model trained at length L (seeds and a
+learning-rate sweep, as an ablation cell), evaluated at up to 16L under each RoPE scaling variant
+set at evaluation time (``eval.py``'s overrides), the same trained weights for every variant.
+
+Static variants (linear, ntk, yarn, llama3) use the factor s = n / L of each evaluation length n,
+as when a model is extended to a known length; ``dynamic_ntk`` takes s = 1 and adapts to the
+length run; ``none`` is plain RoPE. Every variant is compared with ``none`` on the same seeds
+(paired), Holm-corrected over all its comparisons. Writes ``extend.json``, ``report.md`` and
+``extend.png`` into the workdir; the trained run is ``<workdir>/train`` (kept, so a rerun only
+evaluates).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+
+import rope
+from data import storage
+from experiments import plots
+from experiments import report as report_lib
+from experiments import stats
+from training import evaluation
+from training import trainer
+from training import validation
+from training.metrics import console
+
+REPORT_FILE, RESULTS_FILE, PLOT_FILE = 'report.md', 'extend.json', 'extend.png'
+
+
+def _split(text: str) -> list[str]:
+  return [x.strip() for x in str(text).split(',') if x.strip()]
+
+
+def check(config: ml_collections.ConfigDict) -> tuple[list[str], list[int]]:
+  """(variants, lengths) of ``config.extend``, checked before anything is trained."""
+  e, train_length = config.extend, config.data.max_length
+  variants = _split(e.variants)
+  unknown = [v for v in variants if v not in rope.SCALING_KINDS]
+  if not variants or unknown:
+    raise ValueError(f'extend.variants={e.variants!r}: give comma-separated rope.scaling kinds '
+                     f'among {", ".join(rope.SCALING_KINDS)}.')
+  try:
+    lengths = [int(n) for n in _split(e.lengths)]
+  except ValueError:
+    lengths = []
+  if not lengths or any(n <= train_length for n in lengths):
+    raise ValueError(f'extend.lengths={e.lengths!r}: give comma-separated evaluation lengths '
+                     f'above the training length data.max_length={train_length}.')
+  if config.model.position != 'rotary':
+    raise ValueError(f'model.position={config.model.position!r}: the extension study varies '
+                     "RoPE's scaling, so it needs model.position=rotary.")
+  validation.check_run_fields(train_config(config))
+  return variants, lengths
+
+
+def train_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """The trained run's config: the base config with the study's seeds and rates."""
+  base = config.to_dict()
+  extend = base.pop('extend')
+  c = ml_collections.ConfigDict(base, type_safe=True)
+  c.train.num_seeds = extend['num_seeds']
+  c.optim.learning_rates = extend['learning_rates']
+  return c
+
+
+def overrides_for(variant: str, length: int, train_length: int) -> dict[str, str]:
+  """eval.py's overrides of one variant at one evaluation length."""
+  if variant == 'none':
+    return {}
+  factor = 1.0 if variant == 'dynamic_ntk' else length / train_length
+  return {'rope.scaling': variant, 'rope.scaling_factor': str(factor),
+          'rope.original_max_length': str(train_length)}
+
+
+def evaluate(train_dir: str, variants: list[str], lengths: list[int],
+             train_length: int) -> dict[str, dict[str, Any]]:
+  """variant -> split -> {length, accuracy (per seed)} over every length."""
+  results = {}
+  for variant in variants:
+    results[variant] = {}
+    for length in lengths:
+      console(f'  {variant} at {length}')
+      r = evaluation.evaluate_workdir(train_dir, eval_lengths=[length],
+                                      overrides=overrides_for(variant, length, train_length))
+      results[variant].update({k: v for k, v in r['eval'].items() if v['length'] == length})
+  return results
+
+
+def run(config: ml_collections.ConfigDict, workdir: str, *, command: str) -> str:
+  """Trains (unless finished), evaluates every variant and length, writes the report."""
+  variants, lengths = check(config)
+  workdir = validation.check_workdir(workdir)
+  train_dir = os.path.join(workdir, 'train')
+  if report_lib.load_run(train_dir) is None:
+    console(f'Extension: training the rotary model in {train_dir}.')
+    trainer.train_and_evaluate(train_config(config), train_dir)
+  console(f'Extension: {len(variants)} variants x {len(lengths)} lengths.')
+  results = evaluate(train_dir, variants, lengths, config.data.max_length)
+  if jax.process_index() != 0:
+    return ''
+  return write_report(workdir, results, train_length=config.data.max_length, command=command)
+
+
+def comparisons(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+  """Each variant against none on every split, paired by seed, Holm-corrected together."""
+  rows = []
+  for variant, splits in results.items():
+    if variant == 'none' or 'none' not in results:
+      continue
+    for split, r in splits.items():
+      c = stats.paired(r['accuracy'], results['none'][split]['accuracy'])
+      rows.append({'variant': variant, 'split': split, 'length': r['length'], 'mean': c.mean,
+                   'low': c.low, 'high': c.high, 'p': c.p, 'zero_variance': c.zero_variance})
+  for row, adjusted in zip(rows, stats.holm([r['p'] for r in rows])):
+    row['p_holm'] = adjusted
+  return rows
+
+
+def _table(results: dict[str, dict[str, Any]]) -> list[str]:
+  splits = list(next(iter(results.values())))
+  lines = ['| variant | ' + ' | '.join(f'{s} ({results[next(iter(results))][s]["length"]})'
+                                        for s in splits) + ' |',
+           '|---|' + '---|' * len(splits)]
+  for variant, by_split in results.items():
+    cells = [f'{np.mean(r["accuracy"]):.3f} ± {np.std(r["accuracy"], ddof=1):.3f}'
+             for r in by_split.values()]
+    lines.append(f'| {variant} | ' + ' | '.join(cells) + ' |')
+  return lines
+
+
+def _comparison_lines(rows: list[dict[str, Any]]) -> list[str]:
+  lines = ['| variant | split | mean difference | 95% CI | p | p (Holm) |', '|---|---|---|---|---|---|']
+  for r in rows:
+    p = 'all differences equal' if r['zero_variance'] and r['mean'] == 0 else f'{r["p"]:.3g}'
+    lines.append(f'| {r["variant"]} | {r["split"]} | {r["mean"]:+.3f} | '
+                 f'[{r["low"]:+.3f}, {r["high"]:+.3f}] | {p} | {r["p_holm"]:.3g} |')
+  return lines
+
+
+def write_report(workdir: str, results: dict[str, dict[str, Any]], *, train_length: int,
+                 command: str) -> str:
+  """report.md, extend.json and extend.png; returns the report's text."""
+  rows = comparisons(results)
+  storage.write_json(os.path.join(workdir, RESULTS_FILE),
+                     {'train_length': train_length, 'results': results, 'comparisons': rows})
+  curves = {}
+  for variant, by_split in results.items():
+    for kind in ('near', 'far'):
+      points = sorted((r['length'], r['accuracy']) for s, r in by_split.items()
+                      if s.endswith(kind))
+      if points:
+        curves[variant, kind] = (np.array([p[0] for p in points]),
+                                 np.array([p[1] for p in points]).T)
+  plots.plot_extrapolation(os.path.join(workdir, PLOT_FILE), curves, train_length=train_length,
+                           title=f'RoPE scaling at evaluation, trained at {train_length}')
+  text = '\n'.join([
+      '# Length extension without fine-tuning', '', f'Command: `{command}`', '',
+      f'Trained at {train_length} tokens; test accuracy (mean ± std over seeds):', '',
+      *_table(results), '', f'Against `none` (paired by seed; Holm over all {len(rows)}):', '',
+      *_comparison_lines(rows), '', f'![accuracy against length]({PLOT_FILE})', '',
+      report_lib.environment(), ''])
+  storage.write_atomically(os.path.join(workdir, REPORT_FILE), text)
+  return text
