@@ -81,7 +81,7 @@ def _optim() -> ml_collections.ConfigDict:
   o.learning_rates = ''
   o.position_lr_multiplier = 1.0  # The position scheme's own parameters learn at this x the rate.
   o.warmup_steps = 50  # Linear warmup steps.
-  o.schedule = 'cosine'  # Decay after warmup: 'cosine', 'linear' or 'constant'.
+  o.schedule = 'cosine'  # Decay after warmup: 'cosine', 'linear', 'constant' or 'rsqrt' (sqrt(warmup / step), LRA).
   o.end_lr_factor = 0.0  # Final learning rate as a fraction of the peak.
   o.weight_decay = 0.01  # AdamW decoupled weight decay (not on biases, LayerNorm or embeddings).
   o.b1 = 0.9  # Adam beta1.

@@ -18,6 +18,7 @@ import tensorflow_datasets as tfds
 
 import data
 from configs import default
+from configs.lra import listops as lra_listops
 from data import datasets
 from data import files as files_lib
 from data import fortunes
@@ -616,3 +617,21 @@ def test_man_pages_are_long_documents():
   sizes = sorted(len(text.encode()) for split in examples.values() for text, _ in split)
   assert len(sizes) > 600 and sizes[len(sizes) // 2] >= 4000
   assert {label for _, label in examples['test']} == {0, 1, 2}
+
+
+def test_lra_listops_release_files_read_with_its_config(tmp_path):
+  """Files in the LRA release's ListOps format (header, Source<TAB>Target) load with
+  configs/lra/listops.py's columns: ten classes by value, the expression as the text."""
+  rows = [('( ( [MAX 2 9 ) 0 ] )', 9), ('( [SM 3 4 ] )', 7)] + [
+      (f'( [MIN {d} {d} ] )', d) for d in range(10)]
+  paths = {}
+  for split in ('train', 'val', 'test'):
+    paths[split] = _write(tmp_path / f'basic_{split}.tsv', 'Source\tTarget\n' + ''.join(
+        f'{source}\t{target}\n' for source, target in rows))
+  config = lra_listops.get_config().data
+  config.update(train_files=paths['train'], validation_files=paths['val'],
+                test_files=paths['test'])
+  dataset = datasets.load(config, str(tmp_path / 'work'))
+  assert dataset.info.num_classes == 10 and dataset.info.train_length == 4000
+  texts, labels = dataset.source.read('test')
+  assert texts[0] == b'( ( [MAX 2 9 ) 0 ] )' and list(labels[:3]) == [9, 7, 0]

@@ -73,3 +73,13 @@ def test_injected_peak_rate_and_position_multiplier():
   o.learning_rates = '1e-3,nan'
   with pytest.raises(ValueError, match='finite and > 0'):
     optim.learning_rates(o)
+
+
+def test_rsqrt_schedule_is_lras_linear_warmup_times_rsqrt_decay():
+  """LRA's 'constant * linear_warmup * rsqrt_decay' divided by its peak (at the warmup's end)."""
+  config = default.get_config().optim
+  config.schedule, config.warmup_steps = 'rsqrt', 100
+  shape = optim.schedule_shape(config, 10_000)
+  for t in (0, 50, 100, 400, 2500):
+    lra = min(1.0, t / 100) / np.sqrt(max(t, 100))
+    assert float(shape(t)) == pytest.approx(lra * np.sqrt(100), rel=1e-6), t

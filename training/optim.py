@@ -11,10 +11,11 @@ from __future__ import annotations
 import math
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import optax
 
-SCHEDULES = ('cosine', 'linear', 'constant')
+SCHEDULES = ('cosine', 'linear', 'constant', 'rsqrt')
 
 
 def learning_rates(optim: ml_collections.ConfigDict) -> list[float]:
@@ -32,7 +33,8 @@ def learning_rates(optim: ml_collections.ConfigDict) -> list[float]:
 
 def schedule_shape(optim: ml_collections.ConfigDict, num_updates: int) -> optax.Schedule:
   """The learning rate over updates divided by its peak: linear warmup to 1, then cosine/linear
-  decay to ``optim.end_lr_factor``, or constant."""
+  decay to ``optim.end_lr_factor``, constant, or 'rsqrt': sqrt(warmup / t) (the Transformer's
+  and Long Range Arena's ``linear_warmup * rsqrt_decay``)."""
   if optim.schedule not in SCHEDULES:
     raise ValueError(f'Unknown optim.schedule {optim.schedule!r}; valid choices: '
                      f'{", ".join(SCHEDULES)}.')
@@ -41,6 +43,9 @@ def schedule_shape(optim: ml_collections.ConfigDict, num_updates: int) -> optax.
     decay = optax.cosine_decay_schedule(1.0, decay_steps, alpha=optim.end_lr_factor)
   elif optim.schedule == 'linear':
     decay = optax.linear_schedule(1.0, optim.end_lr_factor, decay_steps)
+  elif optim.schedule == 'rsqrt':
+    start = float(max(warmup, 1))  # join_schedules also evaluates it before the boundary
+    decay = lambda count: jnp.sqrt(start / jnp.maximum(count + start, start))
   else:
     decay = optax.constant_schedule(1.0)
   return decay if warmup == 0 else optax.join_schedules(
