@@ -48,7 +48,13 @@ def test_train_resume_and_eval(tmp_path, run_config):
   steps = [r['step'] for r in metrics.read_metrics(workdir) if 'train/loss' in r]
   assert steps == [5, 10, 15, 20, 25, 30]
 
-  # eval.py's library function: best checkpoint, extrapolation lengths.
+  # eval.py's library function: best checkpoint, extrapolation lengths. A config.json saved
+  # before a field existed takes its default.
+  with open(os.path.join(workdir, 'config.json')) as f:
+    saved = json.load(f)
+  del saved['model']['attention_chunk_size'], saved['train']['init_from']
+  with open(os.path.join(workdir, 'config.json'), 'w') as f:
+    json.dump(saved, f)
   results = evaluation.evaluate_workdir(workdir, eval_lengths=[128, 256])
   assert set(results['eval']) == {'test', 'test_128_near', 'test_128_far', 'test_256_near',
                                   'test_256_far'}

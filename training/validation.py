@@ -16,6 +16,7 @@ import ml_collections
 import data
 import models
 import rope
+from configs import default
 from data import storage
 from training import checkpoints
 from training import optim
@@ -222,7 +223,19 @@ def load_config(workdir: str) -> ml_collections.ConfigDict:
     raise FileNotFoundError(f'No {CONFIG_FILE} in {workdir!r}, so it is not the workdir of a '
                             'train.py run (or that run did not get past its start): pass the '
                             '--workdir given to train.py.')
-  return ml_collections.ConfigDict(_read_json(path))
+  return ml_collections.ConfigDict(_with_defaults(_read_json(path), default.get_config().to_dict()))
+
+
+def _with_defaults(saved: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+  """``saved`` plus the default of every field it lacks: a run saved before a field existed
+  behaves as it did, which each new field's default preserves."""
+  merged = dict(saved)
+  for key, value in defaults.items():
+    if key not in merged:
+      merged[key] = value
+    elif isinstance(value, dict) and isinstance(merged[key], dict):
+      merged[key] = _with_defaults(merged[key], value)
+  return merged
 
 
 def _flatten(d: dict, prefix: str = '') -> dict[str, Any]:
