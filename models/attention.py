@@ -80,58 +80,63 @@ def _blocks(x_BxLx___: jax.Array, size: int, fill=0) -> jax.Array:
   return jnp.moveaxis(blocks, 1, 0)
 
 
+def _online_block(totals, q_BxCxHxD, q_positions_BxC, block, *, block_bias, block_value_term):
+  """One key block of the online softmax: the running (max, sum, unnormalised output) of a
+  query block updated with keys k, values v, their mask and positions."""
+  max_BxHxC, sum_BxHxC, out_BxCxHxD = totals
+  k_BxKxHxD, v_BxKxHxD, mask_BxK, k_positions_BxK = block
+  logits_dtype = jnp.promote_types(q_BxCxHxD.dtype, jnp.float32)
+  scale = jnp.asarray(1.0 / np.sqrt(q_BxCxHxD.shape[-1]), q_BxCxHxD.dtype)
+  logits_BxHxCxK = jnp.einsum('BCHD,BKHD->BHCK', q_BxCxHxD * scale, k_BxKxHxD,
+                              preferred_element_type=logits_dtype)
+  relative_BxCxK = (k_positions_BxK[:, None, :] - q_positions_BxC[:, :, None]).astype(jnp.int32)
+  if (bias := block_bias(q_BxCxHxD, relative_BxCxK)) is not None:
+    logits_BxHxCxK = logits_BxHxCxK + bias
+  masked = jnp.where(mask_BxK[:, None, None, :], 0.0, _large_negative(logits_dtype))
+  logits_BxHxCxK = (logits_BxHxCxK + masked).astype(jnp.float32)
+  # The running max only shifts the exponents (softmax is invariant to it): no gradient.
+  new_max_BxHxC = jax.lax.stop_gradient(jnp.maximum(max_BxHxC, logits_BxHxCxK.max(-1)))
+  probs_BxHxCxK = jnp.exp(logits_BxHxCxK - new_max_BxHxC[..., None])
+  rescale_BxHxC = jnp.exp(max_BxHxC - new_max_BxHxC)
+  block_BxCxHxD = jnp.einsum('BHCK,BKHD->BCHD', probs_BxHxCxK.astype(v_BxKxHxD.dtype), v_BxKxHxD,
+                             preferred_element_type=jnp.float32)
+  if (term := block_value_term(probs_BxHxCxK, relative_BxCxK)) is not None:
+    block_BxCxHxD = block_BxCxHxD + term
+  out_BxCxHxD = out_BxCxHxD * jnp.swapaxes(rescale_BxHxC, 1, 2)[..., None] + block_BxCxHxD
+  return new_max_BxHxC, sum_BxHxC * rescale_BxHxC + probs_BxHxCxK.sum(-1), out_BxCxHxD
+
+
 def chunked_attention(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, v_BxSxHxD: jax.Array,
                       mask_BxS: jax.Array, positions_BxS: jax.Array, *, chunk_size: int,
                       block_bias: Callable[[jax.Array, jax.Array], jax.Array | None],
                       block_value_term: Callable[[jax.Array, jax.Array], jax.Array | None]
                       ) -> jax.Array:
   """``softmax_attention`` in blocks of ``chunk_size`` queries x keys with an online softmax
-  (Rabe and Staats 2021): memory linear in the length, gradients recomputed per block.
+  (Rabe and Staats 2021): memory linear in the length, each query block recomputed in the
+  backward pass (``jax.checkpoint``), so only its inputs and output are kept.
 
   The queries are the first T of the S positions ``positions_BxS``. ``block_bias(q_BxCxHxD,
-  relative_BxCxC)`` and ``block_value_term(unnormalised_probs_BxHxCxC, relative_BxCxC)`` give a
+  relative_BxCxK)`` and ``block_value_term(unnormalised_probs_BxHxCxK, relative_BxCxK)`` give a
   block's position terms from its key-minus-query distances (None: no term).
   """
-  logits_dtype = jnp.promote_types(q_BxTxHxD.dtype, jnp.float32)
-  large_negative = _large_negative(logits_dtype)
-  scale = jnp.asarray(1.0 / np.sqrt(q_BxTxHxD.shape[-1]), q_BxTxHxD.dtype)
-  q_size, k_size = min(chunk_size, q_BxTxHxD.shape[1]), min(chunk_size, k_BxSxHxD.shape[1])
+  length, k_size = q_BxTxHxD.shape[1], min(chunk_size, k_BxSxHxD.shape[1])
   keys = (_blocks(k_BxSxHxD, k_size), _blocks(v_BxSxHxD, k_size),
           _blocks(mask_BxS, k_size, fill=False), _blocks(positions_BxS, k_size))
 
   @jax.checkpoint
-  def key_block(carry, block):
-    q_BxCxHxD, q_positions_BxC, (max_BxHxC, sum_BxHxC, out_BxCxHxD) = carry
-    k_BxKxHxD, v_BxKxHxD, mask_BxK, k_positions_BxK = block
-    logits_BxHxCxK = jnp.einsum('BCHD,BKHD->BHCK', q_BxCxHxD * scale, k_BxKxHxD,
-                                preferred_element_type=logits_dtype)
-    relative_BxCxK = (k_positions_BxK[:, None, :] - q_positions_BxC[:, :, None]).astype(jnp.int32)
-    if (bias := block_bias(q_BxCxHxD, relative_BxCxK)) is not None:
-      logits_BxHxCxK = logits_BxHxCxK + bias
-    logits_BxHxCxK = (logits_BxHxCxK + jnp.where(mask_BxK[:, None, None, :], 0.0, large_negative)
-                      ).astype(jnp.float32)
-    new_max_BxHxC = jax.lax.stop_gradient(jnp.maximum(max_BxHxC, logits_BxHxCxK.max(-1)))
-    probs_BxHxCxK = jnp.exp(logits_BxHxCxK - new_max_BxHxC[..., None])
-    rescale_BxHxC = jnp.exp(max_BxHxC - new_max_BxHxC)
-    block_BxCxHxD = jnp.einsum('BHCK,BKHD->BCHD', probs_BxHxCxK.astype(v_BxKxHxD.dtype), v_BxKxHxD,
-                               preferred_element_type=jnp.float32)
-    if (term := block_value_term(probs_BxHxCxK, relative_BxCxK)) is not None:
-      block_BxCxHxD = block_BxCxHxD + term
-    out_BxCxHxD = out_BxCxHxD * jnp.swapaxes(rescale_BxHxC, 1, 2)[..., None] + block_BxCxHxD
-    totals = (new_max_BxHxC, sum_BxHxC * rescale_BxHxC + probs_BxHxCxK.sum(-1), out_BxCxHxD)
-    return (q_BxCxHxD, q_positions_BxC, totals), None
-
   def query_block(block):
     q_BxCxHxD, q_positions_BxC = block
-    batch, size, heads, dim = q_BxCxHxD.shape
+    batch, size, heads, _ = q_BxCxHxD.shape
     totals = (jnp.full((batch, heads, size), -jnp.inf, jnp.float32),
               jnp.zeros((batch, heads, size), jnp.float32),
               jnp.zeros((batch, size, heads, v_BxSxHxD.shape[-1]), jnp.float32))
-    (_, _, (_, sum_BxHxC, out_BxCxHxD)), _ = jax.lax.scan(
-        key_block, (q_BxCxHxD, q_positions_BxC, totals), keys)
+    step = lambda totals, block: (_online_block(
+        totals, q_BxCxHxD, q_positions_BxC, block, block_bias=block_bias,
+        block_value_term=block_value_term), None)
+    (_, sum_BxHxC, out_BxCxHxD), _ = jax.lax.scan(jax.checkpoint(step), totals, keys)
     return out_BxCxHxD / jnp.swapaxes(sum_BxHxC, 1, 2)[..., None]
 
-  length = q_BxTxHxD.shape[1]
+  q_size = min(chunk_size, length)
   out_NxBxCxHxD = jax.lax.map(query_block, (_blocks(q_BxTxHxD, q_size),
                                             _blocks(positions_BxS[:, :length], q_size)))
   out_BxTxHxD = jnp.moveaxis(out_NxBxCxHxD, 0, 1).reshape(

@@ -438,7 +438,8 @@ def test_chunked_attention_matches_the_written_out_form(overrides):
 
 
 def test_chunked_attention_memory_is_linear_in_the_length():
-  """XLA's temporaries for a chunked train step at 8x the length grow about 8x, not 64x."""
+  """XLA's temporaries for a chunked train step at 8x the length grow about 8x, not 64x (at
+  shorter lengths the blocks' fixed costs would hide a quadratic term)."""
   def temp_bytes(length):
     cfg = make_cfg(position='alibi', attention_impl='chunked', attention_chunk_size=128,
                    num_layers=1, max_length=length)
@@ -451,4 +452,4 @@ def test_chunked_attention_memory_is_linear_in_the_length():
     compiled = jax.jit(jax.grad(loss)).lower(params).compile()
     return compiled.memory_analysis().temp_size_in_bytes
 
-  assert temp_bytes(4096) / temp_bytes(512) < 12
+  assert temp_bytes(8192) / temp_bytes(1024) < 12  # quadratic: 64
