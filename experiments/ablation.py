@@ -24,12 +24,13 @@ from training import trainer
 from training import validation
 from training.metrics import console
 
-# Fields that change nothing in a finished run's reported numbers (where and how it ran).
+# Fields that change nothing in a finished run's reported numbers (where and how it ran; the
+# attention implementation changes only the rounding).
 RESULT_NEUTRAL_FIELDS = ('train.log_every', 'train.checkpoint_every', 'train.keep_checkpoints',
                          'train.eval_batch_size', 'train.compilation_cache_dir', 'data.data_dir',
                          'data.prefetch', 'mesh.data', 'mesh.fsdp', 'mesh.tensor',
                          'mesh.dcn_data', 'mesh.dcn_fsdp', 'mesh.dcn_tensor', 'mesh.rules',
-                         'model.remat')
+                         'model.remat', 'model.attention_impl', 'model.attention_chunk_size')
 
 
 @dataclasses.dataclass(frozen=True)

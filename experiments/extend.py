@@ -79,13 +79,15 @@ def overrides_for(variant: str, length: int, train_length: int) -> dict[str, str
 
 def evaluate(train_dir: str, variants: list[str], lengths: list[int],
              train_length: int) -> dict[str, dict[str, Any]]:
-  """variant -> split -> {length, accuracy (per seed)} over every length."""
+  """variant -> split -> {length, accuracy (per seed)} over every length, all of the members
+  that training chose (a sweep's rate is chosen once, on validation with plain RoPE)."""
+  members = evaluation.evaluate_workdir(train_dir, split='validation')['members']
   results = {}
   for variant in variants:
     results[variant] = {}
     for length in lengths:
       console(f'  {variant} at {length}')
-      r = evaluation.evaluate_workdir(train_dir, eval_lengths=[length],
+      r = evaluation.evaluate_workdir(train_dir, eval_lengths=[length], members=members,
                                       overrides=overrides_for(variant, length, train_length))
       results[variant].update({k: v for k, v in r['eval'].items() if v['length'] == length})
   return results
@@ -127,7 +129,8 @@ def _table(results: dict[str, dict[str, Any]]) -> list[str]:
                                         for s in splits) + ' |',
            '|---|' + '---|' * len(splits)]
   for variant, by_split in results.items():
-    cells = [f'{np.mean(r["accuracy"]):.3f} ± {np.std(r["accuracy"], ddof=1):.3f}'
+    cells = [f'{np.mean(r["accuracy"]):.3f}' + (
+        f' ± {np.std(r["accuracy"], ddof=1):.3f}' if len(r['accuracy']) > 1 else '')
              for r in by_split.values()]
     lines.append(f'| {variant} | ' + ' | '.join(cells) + ' |')
   return lines
@@ -158,10 +161,14 @@ def write_report(workdir: str, results: dict[str, dict[str, Any]], *, train_leng
                                  np.array([p[1] for p in points]).T)
   plots.plot_extrapolation(os.path.join(workdir, PLOT_FILE), curves, train_length=train_length,
                            title=f'RoPE scaling at evaluation, trained at {train_length}')
+  note = []
+  if {'ntk', 'dynamic_ntk'} <= set(results):
+    note = ['`dynamic_ntk` run at n tokens is `ntk` with s = n / L, and every example of a split '
+            'runs at the split\'s length, so the two rows coincide by construction.', '']
   text = '\n'.join([
       '# Length extension without fine-tuning', '', f'Command: `{command}`', '',
       f'Trained at {train_length} tokens; test accuracy (mean ± std over seeds):', '',
-      *_table(results), '', f'Against `none` (paired by seed; Holm over all {len(rows)}):', '',
+      *_table(results), '', *note, f'Against `none` (paired by seed; Holm over all {len(rows)}):', '',
       *_comparison_lines(rows), '', f'![accuracy against length]({PLOT_FILE})', '',
       report_lib.environment(), ''])
   storage.write_atomically(os.path.join(workdir, REPORT_FILE), text)

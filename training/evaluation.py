@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence
 
+import jax
 import ml_collections
 import numpy as np
 
 from data import datasets
 from data import storage
 from training import checkpoints
+from training import optim
 from training import partitioning
 from training import validation
 from training.experiment import Experiment
@@ -94,16 +96,21 @@ def parse_checkpoint(text: str) -> str | int:
 
 def evaluate_workdir(workdir: str, *, checkpoint: str = 'best', split: str = 'test',
                      eval_lengths: Sequence[int] = (),
-                     overrides: dict[str, str] | None = None) -> dict[str, Any]:
+                     overrides: dict[str, str] | None = None,
+                     members: Sequence[int] | None = None) -> dict[str, Any]:
   """Evaluates a checkpoint ('best' by validation accuracy, 'latest' or a step) of ``workdir``:
   ``split`` at the training length, then each of ``eval_lengths`` on the dataset's split for
   that length, with the config's ``overrides`` (``parse_overrides``: RoPE scaling for length
-  extension, and others that leave the parameters alone). Returns per-seed accuracies; nothing
+  extension, and others that leave the parameters alone), of ``members`` (default: a sweep's
+  rate chosen on validation, without the overrides). Returns per-seed accuracies; nothing
   in the workdir changes (a corrupt checkpoint is skipped, not moved), so a running workdir can
   be evaluated."""
   workdir = validation.check_workdir(workdir)
   which = parse_checkpoint(checkpoint)
   config = validation.load_config(workdir)
+  if members is None and overrides and len(set(optim.learning_rates(config.optim))) > 1:
+    # A sweep's rate is chosen as in training, on validation without the overrides.
+    members = evaluate_workdir(workdir, checkpoint=checkpoint, split='validation')['members']
   apply_overrides(config, overrides or {})
   _check_lengths(config, eval_lengths)
   ckpt = checkpoints.Checkpointer(workdir, config.train.keep_checkpoints, read_only=True)
@@ -116,9 +123,14 @@ def evaluate_workdir(workdir: str, *, checkpoint: str = 'best', split: str = 'te
     step, state = which, ckpt.restore(which, abstract)
   else:
     step, state = ckpt.restore_first_intact(ckpt.ranked_steps(which), abstract)
-  chosen, params = exp.chosen_members(state.params)  # a sweep's rate: on validation, as in training
+  if members is None:  # a sweep's rate: on validation, as in training
+    chosen, params = exp.chosen_members(state.params)
+  else:
+    chosen = list(members)
+    params = jax.tree.map(lambda x: x[np.asarray(chosen)], state.params)
   return {'workdir': workdir, 'step': int(step), 'seeds': [exp.seeds[i] for i in chosen],
-          'learning_rate': exp.learning_rates[chosen[0]], 'position': config.model.position,
+          'members': chosen, 'learning_rate': exp.learning_rates[chosen[0]],
+          'position': config.model.position,
           'attention': config.model.attention, 'train_length': config.data.max_length,
           'overrides': overrides or {}, 'eval': exp.evaluate_lengths(params, splits)}
 
