@@ -7,9 +7,9 @@
                                        rngs=nnx.Rngs(dropout=key))
 """
 
-from models.config import ATTENTION_KINDS, PRESETS, ModelConfig
+from models.config import ATTENTION_KINDS, PRESETS, SIZED_FIELDS, ModelConfig
 from models.encoder import Classifier, count_params, init
 from models.positions import SCHEMES, LengthError
 
-__all__ = ['ATTENTION_KINDS', 'PRESETS', 'SCHEMES', 'Classifier', 'LengthError', 'ModelConfig',
+__all__ = ['ATTENTION_KINDS', 'PRESETS', 'SCHEMES', 'SIZED_FIELDS', 'Classifier', 'LengthError', 'ModelConfig',
            'count_params', 'init']

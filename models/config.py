@@ -34,7 +34,7 @@ PRESETS = {
     'small': (4, 256, 4, 1024),  # LRA text
     'base': (12, 768, 12, 3072),  # RoFormer-base
 }
-_SIZED = ('num_layers', 'hidden_size', 'num_heads', 'mlp_dim')
+SIZED_FIELDS = ('num_layers', 'hidden_size', 'num_heads', 'mlp_dim')
 
 
 def _choice(field: str, value: Any, choices) -> None:
@@ -92,7 +92,7 @@ class ModelConfig:
 
   def __post_init__(self):
     _choice('model.size', self.size, tuple(PRESETS))
-    for name, preset in zip(_SIZED, PRESETS[self.size]):
+    for name, preset in zip(SIZED_FIELDS, PRESETS[self.size]):
       if getattr(self, name) is None:
         object.__setattr__(self, name, preset)
     if self.embedding_size is None:
@@ -103,7 +103,7 @@ class ModelConfig:
   def _check(self) -> None:
     _positive('vocab_size', self.vocab_size)
     _positive('num_classes', self.num_classes)
-    for name in _SIZED + ('embedding_size', 'max_length', 'layer_norm_eps', 'init_std',
+    for name in SIZED_FIELDS + ('embedding_size', 'max_length', 'layer_norm_eps', 'init_std',
                           'attention_chunk_size'):
       _positive(f'model.{name}', getattr(self, name))
     if self.type_vocab_size < 0:

@@ -326,7 +326,7 @@ class Checkpointer:
     if reason := verify(self.step_dir(step), full=True):
       raise CorruptCheckpointError(step, reason, self.directory)
     metadata = ocp.StandardCheckpointHandler().metadata(epath.Path(self.step_dir(step)) / STATE_ITEM)
-    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    device = jax.sharding.SingleDeviceSharding(jax.devices('cpu')[0])  # host memory
     target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
                           getattr(metadata, 'tree', metadata),
                           is_leaf=lambda m: hasattr(m, 'shape') and hasattr(m, 'dtype'))
@@ -335,8 +335,8 @@ class Checkpointer:
         restored = self.manager.restore(
             step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target)))
     except Exception as e:  # pylint: disable=broad-except
-      raise CorruptCheckpointError(step, f'orbax cannot read it ({type(e).__name__})',
-                                   self.directory) from e
+      raise CorruptCheckpointError(step, f'orbax cannot read it ({type(e).__name__}: '
+                                   f'{" ".join(str(e).split())[:300]})', self.directory) from e
     return jax.tree.map(np.asarray, restored[STATE_ITEM])
 
   def restore_first_intact(self, steps: list[int], abstract_state: Any) -> tuple[int, Any]:

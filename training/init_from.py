@@ -1,12 +1,13 @@
 """``train.init_from``: a new run starts from another run's trained weights (fine-tuning).
 
-The source is a ``train.py`` workdir. Its best checkpoint (by validation accuracy) is read, and
-of a learning-rate sweep only the members of the rate it chose (``summary.json``). Each member
+The source is a ``train.py`` workdir. Its final checkpoint is read, and of a learning-rate sweep
+only the members of the rate it chose on that state (``summary.json``). Each member
 of the new run takes the source member of its seed (or, when the seeds differ, the source's
 members in turn). Every parameter but the classification head is copied, the head too with
 ``train.init_head`` (same task, e.g. position interpolation's short fine-tune at a longer
 length); the optimizer starts fresh. Fields that define the parameters (position scheme, sizes,
-tokenizer) must match the source's: a difference is an error naming the field. Fields that do
+tokenizer, and with SentencePiece the dataset, whose vocabulary the source's ``spm.model`` is,
+copied into the new workdir) must match the source's: a difference is an error naming the field. Fields that do
 not (``rope.*``, lengths, dropout, the optimizer) may change: that is the point of fine-tuning.
 A run that resumes from its own checkpoint never reads ``init_from`` again.
 """
@@ -15,12 +16,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from typing import Any
 
 import jax
 import ml_collections
 import numpy as np
 
+import models
+from data import tokenizers
 from training import checkpoints
 from training import validation
 from training.metrics import console
@@ -32,7 +36,7 @@ PARAMETER_FIELDS = ('model.size', 'model.position', 'model.attention', 'model.nu
                     'model.hidden_size', 'model.num_heads', 'model.mlp_dim',
                     'model.embedding_size', 'model.norm', 'model.type_vocab_size',
                     'model.shaw_max_distance', 'model.shaw_values', 'model.t5_num_buckets',
-                    'data.tokenizer', 'data.sp_vocab_size')
+                    'data.tokenizer', 'data.sp_vocab_size', 'data.name')
 
 
 class InitFromError(ValueError):
@@ -40,8 +44,15 @@ class InitFromError(ValueError):
 
 
 def _field(config: ml_collections.ConfigDict, dotted: str) -> Any:
+  """A field as the run uses it: sizes left at None are the preset's; the SentencePiece fields
+  only count with that tokenizer."""
   group, _, name = dotted.partition('.')
-  return config.get(group, {}).get(name)
+  value = config.get(group, {}).get(name)
+  if value is None and name in models.SIZED_FIELDS:
+    value = models.PRESETS[config.model.size][models.SIZED_FIELDS.index(name)]
+  if group == 'data' and name != 'tokenizer' and config.data.tokenizer != 'sentencepiece':
+    return None
+  return value
 
 
 def needed(config: ml_collections.ConfigDict, workdir: str) -> bool:
@@ -95,7 +106,7 @@ def initial_state(state: Any, exp: Any, config: ml_collections.ConfigDict) -> An
   source = os.path.abspath(os.path.expanduser(config.train.init_from))
   check_source(config)
   ckpt = checkpoints.Checkpointer(source, 1, read_only=True)
-  steps = ckpt.ranked_steps('best')
+  steps = ckpt.ranked_steps('latest')
   if not steps:
     raise InitFromError(f'train.init_from={source!r} has no checkpoint yet.')
   step, saved = steps[0], ckpt.restore_raw(steps[0])['params']
@@ -112,6 +123,16 @@ def initial_state(state: Any, exp: Any, config: ml_collections.ConfigDict) -> An
           f'unused from the source: {", ".join(unexpected) or "none"}.')
   params = _unflat(state.params, {k: copied.get(k) for k in ours})
   return state.replace(params=params)
+
+
+def copy_tokenizer(config: ml_collections.ConfigDict, workdir: str) -> None:
+  """With SentencePiece, the source's vocabulary: its model file, unless the run has one."""
+  if config.data.tokenizer != 'sentencepiece':
+    return
+  source = os.path.expanduser(config.train.init_from)
+  for name in (tokenizers.SP_MODEL_FILE, tokenizers.SP_META_FILE):
+    if not os.path.exists(os.path.join(workdir, name)):
+      shutil.copyfile(os.path.join(source, name), os.path.join(workdir, name))
 
 
 def _flat(tree: Any) -> dict[str, Any]:

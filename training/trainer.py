@@ -65,7 +65,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   ``summary.json``: per-seed accuracy on every evaluation split). The workdir is locked for the
   run's duration: a second run on it refuses to start."""
   mesh = validation.validate(config, workdir)
-  if init_from.needed(config, workdir):
+  start_from_source = init_from.needed(config, workdir)
+  if start_from_source:
     init_from.check_source(config)
   workdir = os.path.abspath(os.path.expanduser(workdir))
   os.makedirs(workdir, exist_ok=True)
@@ -73,6 +74,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     # Before the setup: a SIGTERM while the data is prepared or the step compiles is honoured
     # at the first step (saved there, exit 0), not the default kill (exit 143).
     watcher = stack.enter_context(preemption.Watcher())
+    if start_from_source and jax.process_index() == 0:
+      init_from.copy_tokenizer(config, workdir)
     run, state = _setup(config, workdir, mesh, stack)
     state, last_eval = _train(run, state, watcher)
     return _summarize(run, state, last_eval)
