@@ -46,7 +46,7 @@ _ESCAPES = [
     (r'\\\(em|\\\[em\]', '--'), (r'\\\(en|\\\[en\]', '-'), (r'\\\(bu|\\\[bu\]', '*'),
     (r'\\\(co|\\\[co\]', '(c)'), (r'\\\(mu|\\\[mu\]', 'x'), (r'\\\(ti|\\\[ti\]', '~'),
     (r'\\\(ha|\\\[ha\]', '^'), (r'\\\(rs|\\\[rs\]', '\\\\'), (r'\\\(.{2}|\\\[[^\]]*\]', ''),
-    (r'\\\*.', ''), (r'\\-', '-'), (r'\\[~ 0]', ' '), (r'\\[&:%c/,|^)]', ''), (r'\\e', '\\\\'),
+    (r'\\\*\(..|\\\*\[[^\]]*\]|\\\*.', ''), (r'\\-', '-'), (r'\\[~ 0]', ' '), (r'\\[&:%c/,|^)]', ''), (r'\\e', '\\\\'),
 ]
 
 
@@ -70,9 +70,31 @@ def _unescape(line: str) -> str:
   return line
 
 
+def _lines(source: str):
+  """The source's lines with continuations (a trailing backslash) joined and tbl tables as
+  no-fill text: the format lines dropped, a row's cells separated by spaces."""
+  table = None  # None, 'format' (until the line ending in '.'), 'rows'
+  for line in re.sub(r'(?<!\\)\\\n', '', source).splitlines():
+    if line.startswith('.TS'):
+      table = 'format'
+      yield '.nf'
+    elif line.startswith('.TE'):
+      table = None
+      yield '.fi'
+    elif table == 'format':
+      table = 'rows' if line.rstrip().endswith('.') else table
+    elif table == 'rows':
+      row = ' '.join(re.sub(r'T[{}]', '', line).split('\t')).strip()
+      if row and not line.startswith('.'):
+        yield row
+    else:
+      yield line
+
+
 def _request(name: str, rest: str) -> tuple[str, str]:
   """What a request line does: ('text', words), ('heading', title), ('break', ''), ('nofill' or
   'fill', '') or ('skip', '')."""
+  rest = rest.replace('\\ ', '\\~')  # an escaped space does not separate arguments
   if name in ('SH', 'SS'):
     return 'heading', ' '.join(_arguments(rest))
   if name in _FONT_REQUESTS:
@@ -98,10 +120,10 @@ def roff_to_text(source: str) -> str | None:
       blocks.append((' ' if fill else '\n').join(paragraph))
       paragraph.clear()
 
-  for line in source.splitlines():
+  for line in _lines(source):
     if line.startswith('.so '):
       return None
-    kind, text = 'text', line
+    kind, text = ('text', line) if line.strip() else ('break', '')  # a blank line: a paragraph
     if line[:1] in ('.', "'"):
       name, _, rest = line[1:].strip().partition(' ')
       kind, text = _request(name, rest)
@@ -159,8 +181,10 @@ def load_examples(config: ManpagesConfig) -> dict[str, list[tuple[str, int]]]:
 class Manpages(tfds.core.GeneratorBasedBuilder):
   """Is a Linux man page about a system call, a library function, or something else."""
 
-  VERSION = tfds.core.Version('1.0.0')
-  RELEASE_NOTES = {'1.0.0': 'Debian manpages and manpages-dev, split by MD5 of the text.'}
+  VERSION = tfds.core.Version('1.1.0')
+  RELEASE_NOTES = {
+      '1.0.0': 'Debian manpages and manpages-dev (6.03), split by MD5 of the text.',
+      '1.1.0': 'Continuation lines joined, tables as text, blank lines as paragraph breaks.'}
   BUILDER_CONFIGS = [ManpagesConfig(name='kinds', description='Three kinds: ' +
                                     ', '.join(CLASSES))]
 

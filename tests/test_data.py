@@ -573,7 +573,17 @@ open \- open a file
 The
 .BR open ()
 system call opens the file \fIpathname\fP.
-It returns \(lqa descriptor\(rq.
+It returns \(lqa descriptor\(rq
+for a \fIpath\fP\ name, \
+continued.
+.TS
+allbox;
+lb l.
+flag	meaning
+T{
+O_RDONLY
+T}	read only
+.TE
 '''
 
 
@@ -582,7 +592,8 @@ def test_man_page_roff_becomes_text():
   assert text.split('\n\n') == [
       'NAME', 'open - open a file', 'SYNOPSIS', '#include <fcntl.h>',
       'int open(const char *pathname, int flags);', 'DESCRIPTION',
-      'The open() system call opens the file pathname. It returns "a descriptor".']
+      'The open() system call opens the file pathname. It returns "a descriptor" for a path '
+      'name, continued.', 'flag meaning\nO_RDONLY\nread only']
   assert manpages.roff_to_text('.\\" c\n.so man2/open.2\n') is None  # a redirect
 
 

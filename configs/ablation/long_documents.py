@@ -1,6 +1,6 @@
 """Long documents (issue 17): does more context help, for which scheme, with softmax or linear
 attention? The embedded man pages (``data.name=manpages``: system call, library function or
-other; median page 4,692 bytes), byte-level, trained and tested at each of
+other; median page 4,718 bytes), byte-level, trained and tested at each of
 ``ablation.max_lengths`` tokens (a page is cut at that length).
 
   python ablate.py --config=configs/ablation/long_documents.py --workdir=runs/long_documents
