@@ -16,6 +16,7 @@ import io
 import json
 import os
 import platform
+import re
 from typing import Any, Sequence
 
 import flax
@@ -54,6 +55,12 @@ class Run:
   attention: str
   summary: dict[str, Any] | None = None
   not_applicable: str | None = None
+
+  @property
+  def train_length(self) -> int | None:
+    """The grid's training length (``-L<n>`` in the name), None if the grid has one."""
+    match = re.search(r'-L(\d+)$', self.name)
+    return int(match.group(1)) if match else None
 
   @property
   def label(self) -> str:
@@ -149,7 +156,8 @@ def accuracy_table(runs: Sequence[Run], cols: list[tuple[str, int]]) -> str:
 
 def comparison_table(runs: Sequence[Run], cols: list[tuple[str, int]], reference: str) -> str:
   """Scheme - reference on every column: mean difference in points [95% CI], Holm p."""
-  ref = next((r for r in runs if r.summary and r.position == reference), None)
+  ref = next((r for r in runs
+              if r.summary and r.position == reference and r.attention == 'softmax'), None)
   others = [r for r in runs if r.summary and r is not ref]
   if ref is None or not others:
     return f'(no finished `{reference}` run to compare with)'
@@ -229,7 +237,7 @@ def environment() -> str:
 
 
 def _dataset_section(out_dir: str, dataset: str, runs: Sequence[Run], reference: str) -> list[str]:
-  cols, slug = columns(runs), dataset.replace('/', '_')
+  cols, slug = columns(runs), re.sub(r'\W+', '_', dataset).strip('_')
   done = [r for r in runs if r.summary]
   plots.plot_learning_curves(os.path.join(out_dir, f'curves_{slug}.png'),
                              {r.label: learning_curve(r) for r in done},
@@ -248,10 +256,12 @@ def _dataset_section(out_dir: str, dataset: str, runs: Sequence[Run], reference:
     plots.plot_extrapolation(os.path.join(out_dir, f'extrapolation_{slug}.png'), curves,
                              train_length=length, title=f'{dataset}: accuracy vs length')
     figures += f' ![extrapolation](extrapolation_{slug}.png)'
+  probes = any(s.endswith(('_near', '_far')) for s, _ in cols)
   return [f'## {dataset}', '', 'Test accuracy (%) at the chosen learning rate, mean ± std over '
-          f'seeds; trained at L={length}. `_near`: markers within the training width (longer '
-          'context, seen distances); `_far`: markers further apart than in training (unseen '
-          'distances).', '', accuracy_table(runs, cols), '',
+          f'seeds; trained at L={length}.' + (
+              ' `_near`: markers within the training width (longer context, seen distances); '
+              '`_far`: markers further apart than in training (unseen distances).' if probes
+              else ''), '', accuracy_table(runs, cols), '',
           f'Paired differences with `{reference}` in accuracy points [95% CI], Holm-adjusted p:',
           '', comparison_table(runs, cols, reference), '', 'Budget and cost:', '',
           budget_table(runs), '', figures, '']
@@ -265,9 +275,11 @@ def write_report(out_dir: str, runs: Sequence[Run], *, command: str, config_json
            f'Machine: {environment()}', '', *([extra, ''] if extra else []), TEST_TEXT, '',
            'Step time: each run\'s median train-step time relative to `none`, measured run after '
            'run (benchmarks/ measures side by side).', '']
-  for dataset in sorted({r.dataset for r in runs}):
-    parts += _dataset_section(out_dir, dataset, [r for r in runs if r.dataset == dataset],
-                              reference)
+  # One section per dataset and training length: runs are compared only within one.
+  for dataset, length in sorted({(r.dataset, r.train_length or 0) for r in runs}):
+    group = [r for r in runs if r.dataset == dataset and (r.train_length or 0) == length]
+    title = f'{dataset} (trained at {length})' if length else dataset
+    parts += _dataset_section(out_dir, title, group, reference)
   plots.plot_decay(os.path.join(out_dir, 'rope_decay.png'))
   parts += ['RoPE long-term decay (paper Figure 2) and scaling variants:', '',
             '![decay](rope_decay.png)', '', '## Config', '', '```json', config_json, '```', '']

@@ -154,3 +154,18 @@ def test_extension_comparisons_on_known_inputs():
   assert [r['variant'] for r in rows] == ['linear', 'ntk']
   assert rows[0]['mean'] == pytest.approx(0.25) and rows[0]['p'] == pytest.approx(0.125)
   assert rows[1]['zero_variance'] and rows[1]['p'] == 1.0
+
+
+def test_report_compares_within_a_training_length_with_softmax_reference():
+  def run(name, position, attention, accuracy):
+    summary = {'seeds': [0, 1], 'chosen_members': [0, 1], 'validation_accuracy': accuracy,
+               'eval': {'test': {'length': 512, 'accuracy': accuracy}}}
+    return report.Run(name, '', 'manpages', position, attention, summary=summary)
+
+  runs = [run('manpages/rotary-linear-L512', 'rotary', 'linear', [0.5, 0.6]),
+          run('manpages/rotary-L512', 'rotary', 'softmax', [0.7, 0.9]),
+          run('manpages/none-L512', 'none', 'softmax', [0.5, 0.5])]
+  assert [r.train_length for r in runs] == [512, 512, 512]
+  assert report.Run('d/none', '', 'd', 'none', 'softmax').train_length is None
+  table = report.comparison_table(runs, [('test', 512)], 'rotary')
+  assert 'rotary (linear) − rotary | -25.0' in table and 'none − rotary | -30.0' in table
