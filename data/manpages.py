@@ -155,6 +155,12 @@ def page_files(config: ManpagesConfig) -> list[tuple[str, str]]:
         match = re.fullmatch(r'.*/man/man(\d)/[^/]+\.\d\w*\.gz', path)
         if match and os.path.isfile(path) and not os.path.islink(path):  # links: same page
           pages.append((path, match.group(1)))
+  if not pages:
+    raise FileNotFoundError(
+        f'The packages {", ".join(config.packages)} are installed but none of their man pages '
+        'is on disk (a dpkg path-exclude for /usr/share/man, as slim Docker images set, drops '
+        'them). Remove that exclusion (/etc/dpkg/dpkg.cfg.d/) and reinstall the packages, or '
+        'use another data.name.')
   return sorted(pages)
 
 
