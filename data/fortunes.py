@@ -12,7 +12,6 @@ modulo 10 is 0 for ``test``, 1 for ``validation``, otherwise ``train`` (about 80
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import re
 
@@ -43,12 +42,6 @@ def read_fortunes(path: str) -> list[str]:
   return [item.strip() for item in items if item.strip()]
 
 
-def split_of(text: str) -> str:
-  """The fixed split of an item: by MD5 of its text, modulo 10 (0: test, 1: validation)."""
-  bucket = int(hashlib.md5(text.encode('utf-8')).hexdigest(), 16) % 10
-  return {0: 'test', 1: 'validation'}.get(bucket, 'train')
-
-
 def load_examples(config: FortunesConfig) -> dict[str, list[tuple[str, int]]]:
   """Split name -> (text, class id) pairs, in category then file order; FileNotFoundError if a
   category file is missing (the ``fortunes`` package is not installed)."""
@@ -64,7 +57,7 @@ def load_examples(config: FortunesConfig) -> dict[str, list[tuple[str, int]]]:
   examples: dict[str, list[tuple[str, int]]] = {'train': [], 'validation': [], 'test': []}
   for text, labels in categories_of.items():
     if len(labels) == 1:
-      examples[split_of(text)].append((text, labels.pop()))
+      examples[sources.split_of(text)].append((text, labels.pop()))
   return examples
 
 
@@ -89,5 +82,4 @@ class Fortunes(tfds.core.GeneratorBasedBuilder):
     return {split: self._generate_examples(pairs) for split, pairs in examples.items()}
 
   def _generate_examples(self, pairs: list[tuple[str, int]]):
-    for text, label in pairs:
-      yield hashlib.md5(text.encode('utf-8')).hexdigest(), {'text': text, 'label': label}
+    return sources.keyed_examples(pairs)

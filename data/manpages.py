@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
-import hashlib
 import os
 import re
 
@@ -164,12 +163,6 @@ def page_files(config: ManpagesConfig) -> list[tuple[str, str]]:
   return sorted(pages)
 
 
-def split_of(text: str) -> str:
-  """The fixed split of a page: by MD5 of its text, modulo 10 (0: test, 1: validation)."""
-  bucket = int(hashlib.md5(text.encode('utf-8')).hexdigest(), 16) % 10
-  return {0: 'test', 1: 'validation'}.get(bucket, 'train')
-
-
 def load_examples(config: ManpagesConfig) -> dict[str, list[tuple[str, int]]]:
   """Split name -> (text, class id) pairs, in path order."""
   examples: dict[str, list[tuple[str, int]]] = {'train': [], 'validation': [], 'test': []}
@@ -180,7 +173,7 @@ def load_examples(config: ManpagesConfig) -> dict[str, list[tuple[str, int]]]:
     if text is None or len(text.encode('utf-8')) < config.min_bytes or text in seen:
       continue
     seen.add(text)
-    examples[split_of(text)].append((text, _SECTION_CLASS.get(section, 2)))
+    examples[sources.split_of(text)].append((text, _SECTION_CLASS.get(section, 2)))
   return examples
 
 
@@ -207,5 +200,4 @@ class Manpages(tfds.core.GeneratorBasedBuilder):
     return {split: self._generate_examples(pairs) for split, pairs in examples.items()}
 
   def _generate_examples(self, pairs: list[tuple[str, int]]):
-    for text, label in pairs:
-      yield hashlib.md5(text.encode('utf-8')).hexdigest(), {'text': text, 'label': label}
+    return sources.keyed_examples(pairs)

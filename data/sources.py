@@ -6,6 +6,7 @@ into memory as NumPy arrays: texts (object [n] of bytes) and labels (int32 [n]).
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Protocol
 
 import numpy as np
@@ -44,6 +45,19 @@ def text_info(builder: tfds.core.DatasetBuilder, label_feature: tfds.features.Cl
       builder=builder,
       features=tfds.features.FeaturesDict({'text': tfds.features.Text(), 'label': label_feature}),
       supervised_keys=('text', 'label'), **kwargs)
+
+
+def split_of(text: str) -> str:
+  """The fixed split of an embedded text: by MD5 of the text, modulo 10 (0: test, 1:
+  validation, else train)."""
+  bucket = int(hashlib.md5(text.encode('utf-8')).hexdigest(), 16) % 10
+  return {0: 'test', 1: 'validation'}.get(bucket, 'train')
+
+
+def keyed_examples(pairs: list[tuple[str, int]]):
+  """A TFDS builder's (key, example) pairs of (text, label) pairs, keyed by MD5 of the text."""
+  for text, label in pairs:
+    yield hashlib.md5(text.encode('utf-8')).hexdigest(), {'text': text, 'label': label}
 
 
 class TfdsSource:

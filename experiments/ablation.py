@@ -52,7 +52,8 @@ class Cell:
     return '/'.join(parts)
 
 
-def _split(text: str) -> list[str]:
+def split_names(text: str) -> list[str]:
+  """Comma-separated names, stripped, empty ones dropped."""
   return [x.strip() for x in str(text).split(',') if x.strip()]
 
 
@@ -65,7 +66,7 @@ def check_grid(config: ml_collections.ConfigDict) -> list[Cell]:
   a = config.ablation
   for field, valid in (('datasets', data.DATASET_NAMES), ('positions', tuple(models.SCHEMES)),
                        ('attentions', models.ATTENTION_KINDS)):
-    names = _split(a[field])
+    names = split_names(a[field])
     if not names:
       raise ValueError(f'ablation.{field} is empty: list at least one of {", ".join(valid)}.')
     unknown = [n for n in names if n not in valid]
@@ -73,12 +74,12 @@ def check_grid(config: ml_collections.ConfigDict) -> list[Cell]:
       raise ValueError(f'ablation.{field} names {", ".join(map(repr, unknown))}, not among '
                        f'the valid {", ".join(valid)}; fix --config.ablation.{field}.')
   try:
-    lengths = [int(x) for x in _split(a.max_lengths)] or [None]
+    lengths = [int(x) for x in split_names(a.max_lengths)] or [None]
   except ValueError:
     raise ValueError(f'ablation.max_lengths={a.max_lengths!r} must be comma-separated integers '
                      '(or empty).') from None
-  cells = [Cell(d, p, at, n) for d in _split(a.datasets) for at in _split(a.attentions)
-           for n in lengths for p in _split(a.positions)]
+  cells = [Cell(d, p, at, n) for d in split_names(a.datasets) for at in split_names(a.attentions)
+           for n in lengths for p in split_names(a.positions)]
   for cell in cells:
     validation.check_run_fields(cell_config(config, cell))
   return cells
@@ -93,7 +94,7 @@ def select(cells: list[Cell], only: str) -> list[Cell]:
     start, _, stop = only.partition(':')
     chosen = cells[int(start) if start else None:int(stop) if stop else None]
   else:
-    patterns = _split(only)
+    patterns = split_names(only)
     chosen = [c for c in cells if any(fnmatch.fnmatch(c.name, p) for p in patterns)]
   if not chosen:
     raise ValueError(f'--only={only!r} matches no run; the {len(cells)} runs (0:{len(cells)}) '

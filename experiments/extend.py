@@ -21,6 +21,7 @@ import numpy as np
 
 import rope
 from data import storage
+from experiments import ablation
 from experiments import plots
 from experiments import report as report_lib
 from experiments import stats
@@ -32,20 +33,16 @@ from training.metrics import console
 REPORT_FILE, RESULTS_FILE, PLOT_FILE = 'report.md', 'extend.json', 'extend.png'
 
 
-def _split(text: str) -> list[str]:
-  return [x.strip() for x in str(text).split(',') if x.strip()]
-
-
 def check(config: ml_collections.ConfigDict) -> tuple[list[str], list[int]]:
   """(variants, lengths) of ``config.extend``, checked before anything is trained."""
   e, train_length = config.extend, config.data.max_length
-  variants = _split(e.variants)
+  variants = ablation.split_names(e.variants)
   unknown = [v for v in variants if v not in rope.SCALING_KINDS]
   if not variants or unknown:
     raise ValueError(f'extend.variants={e.variants!r}: give comma-separated rope.scaling kinds '
                      f'among {", ".join(rope.SCALING_KINDS)}.')
   try:
-    lengths = [int(n) for n in _split(e.lengths)]
+    lengths = [int(n) for n in ablation.split_names(e.lengths)]
   except ValueError:
     lengths = []
   if not lengths or any(n <= train_length for n in lengths):

@@ -536,7 +536,7 @@ def test_fortunes_parsing(tmp_path):
   pairs = sorted(pair for split in examples.values() for pair in split)
   assert pairs == [('Bread\n\t-- Anon', 0), ('Eat well.', 0), ('Objection!', 1)]
   for split, split_pairs in examples.items():
-    assert all(fortunes.split_of(text) == split for text, _ in split_pairs)
+    assert all(sources.split_of(text) == split for text, _ in split_pairs)
   missing = fortunes.FortunesConfig(name='m', directory=str(tmp_path), categories=('art',))
   with pytest.raises(FileNotFoundError, match='apt-get install fortunes'):
     fortunes.load_examples(missing)

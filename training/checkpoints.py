@@ -302,13 +302,7 @@ class Checkpointer:
     if reason := verify(self.step_dir(step), full=True):
       raise CorruptCheckpointError(step, reason, self.directory)
     self.check_compatible(step, abstract_state)
-    try:
-      with _FailedReadEchoes.watch(), _silenced():
-        restored = self.manager.restore(
-            step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state)))
-    except Exception as e:  # pylint: disable=broad-except
-      raise CorruptCheckpointError(step, f'orbax cannot read it ({type(e).__name__}: '
-                                   f'{" ".join(str(e).split())[:300]})', self.directory) from e
+    restored = self._read(step, abstract_state)
     if not os.path.exists(os.path.join(self.step_dir(step), MANIFEST_FILE)):
       # Nothing to check the bytes against (killed right after the save): orbax read them, and
       # garbled floats show as NaN/Inf; from now on the manifest checks them.
@@ -330,14 +324,17 @@ class Checkpointer:
     target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
                           getattr(metadata, 'tree', metadata),
                           is_leaf=lambda m: hasattr(m, 'shape') and hasattr(m, 'dtype'))
+    return jax.tree.map(np.asarray, self._read(step, target)[STATE_ITEM])
+
+  def _read(self, step: int, target: Any) -> Any:
+    """orbax's restore of ``step`` onto ``target``; a failed read is CorruptCheckpointError."""
     try:
       with _FailedReadEchoes.watch(), _silenced():
-        restored = self.manager.restore(
+        return self.manager.restore(
             step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target)))
     except Exception as e:  # pylint: disable=broad-except
       raise CorruptCheckpointError(step, f'orbax cannot read it ({type(e).__name__}: '
                                    f'{" ".join(str(e).split())[:300]})', self.directory) from e
-    return jax.tree.map(np.asarray, restored[STATE_ITEM])
 
   def restore_first_intact(self, steps: list[int], abstract_state: Any) -> tuple[int, Any]:
     """(step, state) of the first of ``steps`` that restores; corrupt ones are reported and

@@ -18,9 +18,8 @@ its 2,000 tokens are about 4,000 bytes here), and the position scheme is ``model
 (rotary by default; LRA's Transformer used learned absolute embeddings).
 """
 
-import math
-
 from configs import default
+from configs import lra
 
 
 def get_config():
@@ -41,10 +40,5 @@ def get_config():
   c.train.num_steps = 5000
   c.train.eval_every = 500
   c.train.checkpoint_every = 500
-  c.optim.warmup_steps = 1000
-  c.optim.schedule = 'rsqrt'
-  c.optim.learning_rate = 0.05 / math.sqrt(1000)
-  c.optim.weight_decay = 0.1
-  c.optim.b2 = 0.98
-  c.optim.eps = 1e-9
+  lra.lra_optimizer(c, warmup_steps=1000)
   return c

@@ -14,9 +14,8 @@ file says 1,000: ``--config.data.max_length=1000``). Published Transformer accur
 the test split during training).
 """
 
-import math
-
 from configs import default
+from configs import lra
 
 
 def get_config():
@@ -31,10 +30,5 @@ def get_config():
   c.train.num_steps = 20000
   c.train.eval_every = 2000
   c.train.checkpoint_every = 2000
-  c.optim.warmup_steps = 8000
-  c.optim.schedule = 'rsqrt'
-  c.optim.learning_rate = 0.05 / math.sqrt(8000)
-  c.optim.weight_decay = 0.1
-  c.optim.b2 = 0.98
-  c.optim.eps = 1e-9
+  lra.lra_optimizer(c, warmup_steps=8000)
   return c
