@@ -57,6 +57,9 @@ def _model() -> ml_collections.ConfigDict:
   m.layer_norm_eps = 1e-12  # LayerNorm epsilon (1e-12 as in BERT/RoFormer).
   m.init_std = 0.02  # Std of the normal init of all weights (0.02 as in BERT/RoFormer).
   m.pooling = 'cls'  # Classification pooling: 'cls' (first token) or 'mean' (over real tokens).
+  # Sentence pairs encoded one text at a time by the shared encoder, the head reading
+  # [u, v, u*v, u-v] of their pooled vectors (LRA Retrieval's two towers); False: one joint input.
+  m.dual_encoder = False
   m.type_vocab_size = 0  # Token-type embeddings (2 in Hugging Face RoFormer checkpoints; 0 = none).
   m.max_length = 512  # Positions the `learned` scheme has embeddings for; longer inputs raise.
   m.dtype = 'float32'  # Compute dtype: 'float32' or 'bfloat16' (parameters stay float32).
@@ -106,6 +109,13 @@ def _data() -> ml_collections.ConfigDict:
   d.test_files = ''  # data.name=files: test paths (empty = use validation).
   d.text_column = 'text'  # data.name=files: column/key with the text.
   d.label_column = 'label'  # data.name=files: column/key with the label (names or integers).
+  # data.name=files: column/key of a second text (sentence pairs; '' = one text per example).
+  # Pairs are joined as [CLS] a [SEP] b [SEP] with token types 0/1 (needs model.type_vocab_size
+  # >= 2), or encoded one by one with model.dual_encoder (LRA Retrieval's two towers).
+  d.text_b_column = ''
+  # data.name=files: comma-separated names of the columns of CSV/TSV files without a header row
+  # (e.g. LRA Retrieval's 'label,id1,id2,text1,text2'); '' = the first row names them.
+  d.columns = ''
   d.seed = 0  # Data-order seed, shared by all model seeds so seeds differ only in init and dropout.
   d.prefetch = 2  # Batches prefetched by tf.data.
   return d

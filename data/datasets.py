@@ -47,6 +47,7 @@ class DatasetInfo:
   train_length: int
   eval_splits: dict[str, int]
   num_train_examples: int
+  pairs: bool = False  # Each example is two texts (data.text_b_column).
 
 
 def embedded_builder(name: str, data_dir: str | None) -> tfds.core.GeneratorBasedBuilder:
@@ -75,15 +76,20 @@ def _natural_lengths(builder: tfds.core.DatasetBuilder | None, splits: tuple[str
   return {split: length for split in splits}
 
 
-def load(data_config: ml_collections.ConfigDict, workdir: str | None) -> Dataset:
-  """Resolves ``data.name`` to a source, tokenizer and info (preparing embedded datasets)."""
+def load(data_config: ml_collections.ConfigDict, workdir: str | None, *,
+         pair_layout: str = 'joint') -> Dataset:
+  """Resolves ``data.name`` to a source, tokenizer and info (preparing embedded datasets);
+  sentence pairs are batched as ``pair_layout`` says ('joint' or 'dual', ``data/pipeline.py``)."""
   name = data_config.name
   builder = None
   if name == 'files':
     source = files_lib.FilesSource(
         train_files=data_config.train_files, validation_files=data_config.validation_files,
-        test_files=data_config.test_files, text_column=data_config.text_column,
-        label_column=data_config.label_column, workdir=workdir)
+        test_files=data_config.test_files, columns=files_lib.Columns(
+            text=data_config.text_column, label=data_config.label_column,
+            text_b=data_config.text_b_column,
+            names=tuple(n.strip() for n in data_config.columns.split(',') if n.strip())),
+        workdir=workdir)
   elif name in data.TFDS_TEXT_DATASETS:
     source = sources.tfds_text_source(name, data_config.data_dir)
   elif name in data.EMBEDDED_DATASETS:
@@ -103,7 +109,7 @@ def load(data_config: ml_collections.ConfigDict, workdir: str | None) -> Dataset
     if workdir is None:
       raise ValueError('data.tokenizer=sentencepiece needs a workdir to cache spm.model')
     tokenizer = tokenizers.load_or_train_sentencepiece(
-        workdir, name, data_config.sp_vocab_size, lambda: source.read('train')[0])
+        workdir, name, data_config.sp_vocab_size, lambda: source.read('train')[0].reshape(-1))
   else:
     raise ValueError(f'Unknown data.tokenizer {data_config.tokenizer!r}; valid: {data.TOKENIZERS}')
 
@@ -111,8 +117,8 @@ def load(data_config: ml_collections.ConfigDict, workdir: str | None) -> Dataset
       name=name, num_classes=len(source.class_names), class_names=source.class_names,
       vocab_size=tokenizer.vocab_size, train_length=data_config.max_length,
       eval_splits={split: n for split, n in lengths.items() if split != 'train'},
-      num_train_examples=source.num_examples('train'))
-  return Dataset(info, source, tokenizer, data_config.prefetch)
+      num_train_examples=source.num_examples('train'), pairs=source.pairs)
+  return Dataset(info, source, tokenizer, data_config.prefetch, pair_layout)
 
 
 def _process(process_index: int | None, process_count: int | None,
@@ -131,12 +137,14 @@ def _process(process_index: int | None, process_count: int | None,
 @dataclasses.dataclass(frozen=True)
 class Dataset:
   """A resolved ``data.name``: what it holds, where its examples come from, how they are
-  tokenized (``prefetch``: batches prepared ahead by tf.data), and its batches."""
+  tokenized (``prefetch``: batches prepared ahead by tf.data; ``pair_layout``: how sentence
+  pairs are batched), and its batches."""
 
   info: DatasetInfo
   source: sources.Source
   tokenizer: tokenizers.Tokenizer
   prefetch: int
+  pair_layout: str = 'joint'
 
   def train_batches(self, *, seed: int, global_batch_size: int, start_step: int = 0,
                     process_index: int | None = None,
@@ -157,7 +165,7 @@ class Dataset:
     return pipeline.train_batches(
         texts, labels, self.tokenizer, length=self.info.train_length,
         global_batch_size=global_batch_size, rows=(index * batch_size, batch_size), seed=seed,
-        start_step=start_step, prefetch=self.prefetch)
+        start_step=start_step, prefetch=self.prefetch, pair_layout=self.pair_layout)
 
   def eval_batches(self, split: str, *, global_batch_size: int, max_length: int | None = None,
                    process_index: int | None = None,
@@ -179,7 +187,7 @@ class Dataset:
     return pipeline.eval_batches(
         texts[start:stop], labels[start:stop], self.tokenizer,
         length=max_length or lengths[split], batch_size=batch_size, num_batches=num_batches,
-        prefetch=self.prefetch)
+        prefetch=self.prefetch, pair_layout=self.pair_layout)
 
 
 def eval_splits_for_length(info: DatasetInfo, length: int) -> list[str]:

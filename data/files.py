@@ -1,9 +1,13 @@
-"""The user's own data: local CSV, TSV or JSONL files with a text and a label column.
+"""The user's own data: local CSV, TSV or JSONL files with a text (or two) and a label column.
 
 * Format by extension: ``.csv``; ``.tsv``/``.tab`` (tab-separated); ``.jsonl``/``.ndjson`` (one
   JSON object per line; blank lines skipped), each optionally gzipped (``.csv.gz``). CSV/TSV
-  files need a header row; a UTF-8 byte-order mark (as Excel writes) is skipped; quoting is
-  parsed strictly, so an unclosed quote is an error naming its line, not merged rows.
+  files need a header row, unless ``data.columns`` names their columns (headerless files such as
+  LRA Retrieval's ``label, id1, id2, text1, text2``); a UTF-8 byte-order mark (as Excel writes)
+  is skipped; quoting is parsed strictly, so an unclosed quote is an error naming its line, not
+  merged rows.
+* Sentence pairs: ``data.text_b_column`` names the second text of each example (texts then have
+  shape [n, 2]).
 * Texts are kept as raw bytes: invalid UTF-8 is passed through unchanged (the byte tokenizer sees
   the original bytes), empty texts are valid examples.
 * Labels are integers (class ids 0..n-1) when every training label is an integer, otherwise class
@@ -46,7 +50,7 @@ class _Row:
   """One parsed row: where it came from (for error messages), its text and its raw label."""
 
   where: str  # "path, row N (line M)".
-  text: bytes
+  text: bytes | tuple[bytes, bytes]  # A pair with data.text_b_column.
   label: str
 
 
@@ -96,23 +100,49 @@ def _open(path: str) -> IO[str]:
   return opener(path, 'rt', newline='', encoding='utf-8-sig', errors='surrogateescape')
 
 
-def _read_delimited(f: IO[str], path: str, delimiter: str, text_column: str,
-                    label_column: str) -> Iterator[_Row]:
-  reader = csv.DictReader(f, delimiter=delimiter, strict=True)
-  for column in (text_column, label_column):
+@dataclasses.dataclass(frozen=True)
+class Columns:
+  """Which columns (JSONL: keys) hold the text, the optional second text and the label, and the
+  names of a headerless file's columns (empty: the first row names them)."""
+
+  text: str
+  label: str
+  text_b: str = ''
+  names: tuple[str, ...] = ()
+
+  @property
+  def wanted(self) -> tuple[str, ...]:
+    return (self.text, self.text_b, self.label) if self.text_b else (self.text, self.label)
+
+  def row(self, where: str, record: dict) -> _Row:
+    """The row of a record that has every wanted column."""
+    text = _to_bytes(record[self.text])
+    if self.text_b:
+      text = (text, _to_bytes(record[self.text_b]))
+    return _Row(where, text, record[self.label].strip())
+
+
+_FIX_COLUMNS = ('set data.text_column, data.text_b_column and data.label_column to the names your '
+                'file uses')
+
+
+def _read_delimited(f: IO[str], path: str, delimiter: str, columns: Columns) -> Iterator[_Row]:
+  reader = csv.DictReader(f, fieldnames=list(columns.names) or None, delimiter=delimiter,
+                          strict=True)
+  for column in columns.wanted:
     if reader.fieldnames is None or column not in reader.fieldnames:
-      raise ValueError(f'{path}: no column {column!r} in the header {reader.fieldnames}. The '
-                       'first row must name the columns; set data.text_column and '
-                       'data.label_column to the right names.')
+      where = 'data.columns' if columns.names else 'the header'
+      raise ValueError(f'{path}: no column {column!r} in {where} {reader.fieldnames}. The first '
+                       'row must name the columns (or data.columns, for files without a '
+                       f'header); {_FIX_COLUMNS}.')
   i, start = 0, reader.line_num + 1
   try:
     for i, record in enumerate(reader, start=1):
       where = f'{path}, row {i} (line {reader.line_num})'
-      text, label = record[text_column], record[label_column]
-      if text is None or label is None:
+      if any(record[column] is None for column in columns.wanted):
         raise ValueError(f'{where}: fewer fields than the header; quote fields that contain '
                          'the delimiter or a newline.')
-      yield _Row(where, _to_bytes(text), label.strip())
+      yield columns.row(where, record)
       start = reader.line_num + 1
   except csv.Error as e:
     raise ValueError(f'{path}, row {i + 1} (from line {start}): not valid CSV ({e}); a quote '
@@ -120,7 +150,7 @@ def _read_delimited(f: IO[str], path: str, delimiter: str, text_column: str,
                      'as "").') from None
 
 
-def _read_jsonl(f: IO[str], path: str, text_column: str, label_column: str) -> Iterator[_Row]:
+def _read_jsonl(f: IO[str], path: str, columns: Columns) -> Iterator[_Row]:
   for line_number, line in enumerate(f, start=1):
     if not line.strip():
       continue
@@ -130,19 +160,19 @@ def _read_jsonl(f: IO[str], path: str, text_column: str, label_column: str) -> I
     except json.JSONDecodeError as e:
       raise ValueError(f'{where}: invalid JSON ({e}); each line must be one JSON object, '
                        'e.g. {"text": "...", "label": "..."}.') from None
-    if not isinstance(record, dict) or text_column not in record or label_column not in record:
-      raise ValueError(f'{where}: expected an object with keys {text_column!r} and '
-                       f'{label_column!r}; set data.text_column and data.label_column to the '
-                       'keys your file uses.')
-    text, label = record[text_column], record[label_column]
+    if not isinstance(record, dict) or any(c not in record for c in columns.wanted):
+      raise ValueError(f'{where}: expected an object with keys {list(columns.wanted)}; '
+                       f'{_FIX_COLUMNS}.')
+    label = record[columns.label]
     if label is None or isinstance(label, (dict, list)):
       raise ValueError(f'{where}: the label {json.dumps(label)} is not a class name or id; '
                        'every example needs a label (remove the row or fill it in).')
-    text = '' if text is None else text if isinstance(text, str) else json.dumps(text)
-    yield _Row(where, _to_bytes(text), str(label).strip())
+    as_text = lambda v: '' if v is None else v if isinstance(v, str) else json.dumps(v)
+    yield columns.row(where, {k: as_text(record[k]) if k != columns.label else str(label)
+                              for k in columns.wanted})
 
 
-def read_rows(path: str, text_column: str, label_column: str) -> list[_Row]:
+def read_rows(path: str, columns: Columns) -> list[_Row]:
   """All rows of one file, in order; FileNotFoundError if it does not exist, ValueError on an
   unknown extension, malformed content, a missing column or an empty label."""
   if not os.path.isfile(path):
@@ -159,8 +189,8 @@ def read_rows(path: str, text_column: str, label_column: str) -> list[_Row]:
   delimiter = _FORMATS[extension]
   try:
     with _open(path) as f:
-      rows = list(_read_delimited(f, path, delimiter, text_column, label_column) if delimiter
-                  else _read_jsonl(f, path, text_column, label_column))
+      rows = list(_read_delimited(f, path, delimiter, columns) if delimiter
+                  else _read_jsonl(f, path, columns))
   except (gzip.BadGzipFile, EOFError) as e:
     raise ValueError(f'{path}: not a complete gzip file ({e}).') from None
   for row in rows:
@@ -168,6 +198,14 @@ def read_rows(path: str, text_column: str, label_column: str) -> list[_Row]:
       raise ValueError(f'{row.where}: empty label; every example needs a label (remove the row '
                        'or fill it in).')
   return rows
+
+
+def _texts(rows: list[_Row]) -> np.ndarray:
+  """Object [n] of bytes, or [n, 2] for pairs."""
+  texts = np.empty((len(rows), 2) if rows and isinstance(rows[0].text, tuple) else len(rows),
+                   object)
+  texts[:] = [row.text for row in rows]
+  return texts
 
 
 def _split_paths(paths: str) -> list[str]:
@@ -237,13 +275,13 @@ class FilesSource:
   splits = ('train', 'validation', 'test')
 
   def __init__(self, *, train_files: str, validation_files: str, test_files: str,
-               text_column: str, label_column: str, workdir: str | None):
+               columns: Columns, workdir: str | None):
     if not _split_paths(train_files):
       raise ValueError('data.name=files needs data.train_files (comma-separated paths), e.g. '
                        '--config.data.train_files=train.csv.')
 
     def read(paths: str) -> list[_Row]:
-      return [row for p in _split_paths(paths) for row in read_rows(p, text_column, label_column)]
+      return [row for p in _split_paths(paths) for row in read_rows(p, columns)]
 
     train = read(train_files)
     # classes.json is written only once every row of every split has a valid label, so bad
@@ -261,8 +299,9 @@ class FilesSource:
                          'data.validation_files, at least 10 training rows (a tenth is held '
                          'out for validation).')
     self.class_names = classes.names
+    self.pairs = bool(columns.text_b)
     self._examples = {
-        split: (np.array([row.text for row in rows], dtype=object),
+        split: (_texts(rows),
                 np.array([classes.label_id(row) for row in rows], np.int32))
         for split, rows in (('train', train), ('validation', validation), ('test', test))}
     save_classes(workdir, classes)

@@ -5,6 +5,10 @@ A batch is a dict of NumPy arrays:
 * ``inputs``: int32 [b, L] token ids: [CLS], the text's tokens, then 0 (padding);
 * ``positions``: int32 [b, L] position of each token counted from [CLS] = 0 (0 at padding);
 * ``mask``: bool [b, L], true at real tokens (false at padding);
+* sentence pairs (texts [n, 2]), as ``pair_layout`` says: 'joint' gives [CLS] a [SEP] b [SEP]
+  (the longer text cut first to fit L) and ``token_types`` int32 [b, L] (1 from b's first token
+  to its [SEP], else 0); 'dual' gives each text its own row: ``inputs``, ``positions`` and
+  ``mask`` are [b, 2, L] (LRA Retrieval's two towers);
 * ``label``: int32 [b] class ids;
 * ``weight``: float32 [b]: 1 for a real example, 0 for padding added to fill the last eval batch.
 
@@ -29,22 +33,55 @@ from data import tokenizers
 Batch = dict[str, np.ndarray]
 
 
+def _join_pairs(tokenizer: tokenizers.Tokenizer, texts_Bx2: tf.Tensor,
+                length: int) -> tuple[tf.Tensor, tf.Tensor]:
+  """Pairs -> (ids, token types), int32 [b, length] each: [CLS] a [SEP] b [SEP], 0-padded; a pair
+  too long loses tokens from the end of its longer text first (BERT's 'longest first')."""
+  if length < 3:
+    raise ValueError(f'Sequence length {length} must be >= 3 for pairs ([CLS] and two [SEP])')
+  budget = length - 3
+  encode = lambda t: tokenizer.encode_batch(t, length)[:, 1:]  # tokens only, >= budget of them
+  a_BxK, b_BxK = encode(texts_Bx2[:, 0]), encode(texts_Bx2[:, 1])
+  count = lambda ids: tf.reduce_sum(tf.cast(ids != tokenizers.PAD_ID, tf.int32), 1, keepdims=True)
+  len_a, len_b = count(a_BxK), count(b_BxK)
+  keep_b = tf.minimum(len_b, tf.maximum(budget - len_a, budget // 2))
+  keep_a = tf.minimum(len_a, budget - keep_b)
+  j_BxL = tf.broadcast_to(tf.range(length)[tf.newaxis, :], [tf.shape(texts_Bx2)[0], length])
+  start_b = keep_a + 2
+  take = lambda ids, offset: tf.gather(ids, tf.clip_by_value(j_BxL - offset, 0, length - 2),
+                                       batch_dims=1)
+  ids = tf.where(j_BxL == 0, tokenizers.CLS_ID, tokenizers.PAD_ID)
+  ids = tf.where((j_BxL == keep_a + 1) | (j_BxL == start_b + keep_b), tokenizers.SEP_ID, ids)
+  ids = tf.where((j_BxL >= 1) & (j_BxL <= keep_a), take(a_BxK, 1), ids)
+  ids = tf.where((j_BxL >= start_b) & (j_BxL < start_b + keep_b), take(b_BxK, start_b), ids)
+  types = tf.cast((j_BxL >= start_b) & (j_BxL <= start_b + keep_b), tf.int32)
+  return ids, types
+
+
 def _features(tokenizer: tokenizers.Tokenizer, texts: tf.Tensor, labels: tf.Tensor,
-              weights: tf.Tensor, length: int) -> dict[str, tf.Tensor]:
-  """Tokenized batch: texts tf.string [b], labels int32 [b], weights float32 [b] -> Batch."""
-  inputs = tokenizer.encode_batch(texts, length)
+              weights: tf.Tensor, length: int, pair_layout: str) -> dict[str, tf.Tensor]:
+  """Tokenized batch: texts tf.string [b] (pairs: [b, 2]), labels int32 [b], weights float32
+  [b] -> Batch."""
+  features = {}
+  if texts.shape.rank == 1:
+    inputs = tokenizer.encode_batch(texts, length)
+  elif pair_layout == 'dual':
+    inputs = tf.reshape(tokenizer.encode_batch(tf.reshape(texts, [-1]), length), [-1, 2, length])
+  else:
+    inputs, features['token_types'] = _join_pairs(tokenizer, texts, length)
   mask = inputs != tokenizers.PAD_ID
-  positions = tf.where(mask, tf.range(length)[tf.newaxis, :], 0)
-  return {'inputs': inputs, 'positions': positions, 'mask': mask, 'label': labels,
+  positions = tf.where(mask, tf.range(length), 0)
+  return {'inputs': inputs, 'positions': positions, 'mask': mask, **features, 'label': labels,
           'weight': weights}
 
 
 def train_batches(texts: np.ndarray, labels: np.ndarray, tokenizer: tokenizers.Tokenizer, *,
                   length: int, global_batch_size: int, rows: tuple[int, int], seed: int,
-                  start_step: int, prefetch: int) -> Iterator[Batch]:
+                  start_step: int, prefetch: int, pair_layout: str = 'joint') -> Iterator[Batch]:
   """Infinite shuffled batches of ``length`` tokens from ``start_step`` on, of the whole split
-  (texts object [n] of bytes, labels int32 [n], n >= 1): this process's ``rows`` (first row,
-  number of rows b) of each global batch; tf.data prepares ``prefetch`` batches ahead."""
+  (texts object [n] of bytes or [n, 2] pairs, labels int32 [n], n >= 1): this process's
+  ``rows`` (first row, number of rows b) of each global batch; tf.data prepares ``prefetch``
+  batches ahead."""
   num = len(labels)
   first_row, batch_size = rows
   all_texts = tf.constant(texts, tf.string)
@@ -60,7 +97,7 @@ def train_batches(texts: np.ndarray, labels: np.ndarray, tokenizer: tokenizers.T
 
   def batch(indices: tf.Tensor) -> dict[str, tf.Tensor]:
     return _features(tokenizer, tf.gather(all_texts, indices), tf.gather(all_labels, indices),
-                     tf.ones([batch_size], tf.float32), length)
+                     tf.ones([batch_size], tf.float32), length, pair_layout)
 
   ds = tf.data.Dataset.counter(start=start_step * batch_size)
   ds = ds.map(example_index, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
@@ -69,18 +106,19 @@ def train_batches(texts: np.ndarray, labels: np.ndarray, tokenizer: tokenizers.T
 
 
 def eval_batches(texts: np.ndarray, labels: np.ndarray, tokenizer: tokenizers.Tokenizer, *,
-                 length: int, batch_size: int, num_batches: int, prefetch: int) -> Iterator[Batch]:
+                 length: int, batch_size: int, num_batches: int, prefetch: int,
+                 pair_layout: str = 'joint') -> Iterator[Batch]:
   """Exactly ``num_batches`` batches (the same number on every host) of the n given examples
   (n <= num_batches * batch_size) in order, then weight-0 padding."""
   num_padding = num_batches * batch_size - len(labels)
   if num_padding < 0:
     raise ValueError(f'{len(labels)} examples do not fit {num_batches} batches of {batch_size}')
-  texts = np.concatenate([texts, np.full([num_padding], b'', object)])
+  texts = np.concatenate([texts, np.full((num_padding,) + texts.shape[1:], b'', object)])
   labels = np.concatenate([labels, np.zeros([num_padding], np.int32)])
   weights = np.concatenate([np.ones([len(labels) - num_padding], np.float32),
                             np.zeros([num_padding], np.float32)])
   ds = tf.data.Dataset.from_tensor_slices((tf.constant(texts, tf.string), labels, weights))
   ds = ds.batch(batch_size).map(
-      lambda t, y, w: _features(tokenizer, t, y, w, length),
+      lambda t, y, w: _features(tokenizer, t, y, w, length, pair_layout),
       num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   return iter(tfds.as_numpy(ds.prefetch(prefetch)))

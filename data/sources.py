@@ -21,6 +21,7 @@ class Source(Protocol):
 
   splits: tuple[str, ...]
   class_names: tuple[str, ...]
+  pairs: bool  # Texts are [n, 2] (sentence pairs), not [n].
 
   def num_examples(self, split: str) -> int:
     """Examples in the whole split."""
@@ -28,7 +29,7 @@ class Source(Protocol):
   def read(self, split: str, shard_index: int = 0,
            shard_count: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """Part ``shard_index`` of ``shard_count`` disjoint parts of a split (reading only that part):
-    texts (object [n] of bytes) and labels (int32 [n])."""
+    texts (object [n] of bytes, or [n, 2] for pairs) and labels (int32 [n])."""
 
 
 def shard_bounds(num: int, index: int, count: int) -> tuple[int, int]:
@@ -62,6 +63,8 @@ def keyed_examples(pairs: list[tuple[str, int]]):
 
 class TfdsSource:
   """Splits of a prepared TFDS builder with a ``label`` ClassLabel feature."""
+
+  pairs = False
 
   def __init__(self, builder: tfds.core.DatasetBuilder, fields: data.TextFields):
     self._builder = builder

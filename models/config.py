@@ -78,6 +78,7 @@ class ModelConfig:
   layer_norm_eps: float
   init_std: float
   pooling: str
+  dual_encoder: bool
   type_vocab_size: int
   max_length: int
   dtype: str

@@ -129,15 +129,15 @@ class EncoderLayer(nnx.Module):
 class ClassificationHead(nnx.Module):
   """HF's RoFormerClassificationHead: dropout -> dense -> GELU -> dropout -> out_proj."""
 
-  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
-    self.dense = _dense(cfg, cfg.hidden_size, cfg.hidden_size, (sharding.EMBED, sharding.MLP),
+  def __init__(self, cfg: ModelConfig, features_in: int, *, rngs: nnx.Rngs):
+    self.dense = _dense(cfg, features_in, cfg.hidden_size, (sharding.EMBED, sharding.MLP),
                         rngs=rngs)
     self.out_proj = _dense(cfg, cfg.hidden_size, cfg.num_classes,
                            (sharding.MLP, sharding.CLASSES), rngs=rngs)
     self.dropout = _dropout(cfg)
 
   def __call__(self, pooled_BxE: jax.Array, *, rngs: nnx.Rngs | None) -> jax.Array:
-    """[batch, hidden] -> float32 logits [batch, num_classes]."""
+    """[batch, features_in] -> float32 logits [batch, num_classes]."""
     x_BxE = self.dense(self.dropout(pooled_BxE, rngs=rngs))
     x_BxE = self.dropout(jax.nn.gelu(x_BxE, approximate=False), rngs=rngs)
     return self.out_proj(x_BxE).astype(jnp.float32)
@@ -164,7 +164,10 @@ class Classifier(nnx.Module):
     self.final_norm = nnx.data(None)
     if cfg.norm == 'pre':
       self.final_norm = _layer_norm(cfg, cfg.hidden_size, rngs=rngs)
-    self.head = ClassificationHead(cfg, rngs=rngs)
+    # Two towers: the head reads [u, v, u*v, u-v] of a pair's pooled vectors (LRA's 'NLI'
+    # interaction).
+    self.head = ClassificationHead(cfg, cfg.hidden_size * (4 if cfg.dual_encoder else 1),
+                                   rngs=rngs)
 
   def _check_inputs(self, inputs_BxL: jax.Array, positions_BxL: jax.Array, mask_BxL: jax.Array,
                     token_type_ids_BxL: jax.Array | None, rngs: nnx.Rngs | None) -> None:
@@ -212,24 +215,37 @@ class Classifier(nnx.Module):
       x_BxLxE = self.final_norm(x_BxLxE)
     return x_BxLxE
 
-  def __call__(self, inputs_BxL: jax.Array, positions_BxL: jax.Array, mask_BxL: jax.Array,
+  def __call__(self, inputs: jax.Array, positions: jax.Array, mask: jax.Array,
                token_type_ids_BxL: jax.Array | None = None, *,
                rngs: nnx.Rngs | None = None) -> jax.Array:
-    """float32 logits [batch, num_classes]; arguments as ``encode``."""
+    """float32 logits [batch, num_classes]; arguments as ``encode``, or with
+    ``cfg.dual_encoder`` pairs [batch, 2, length] of inputs, positions and mask."""
+    if self.cfg.dual_encoder:
+      if inputs.ndim != 3 or inputs.shape[1] != 2 or token_type_ids_BxL is not None:
+        raise ValueError('model.dual_encoder takes pairs: inputs, positions and mask of shape '
+                         f'[batch, 2, length] and no token types; got inputs {inputs.shape}.')
+      flat = lambda x_Bx2xL: x_Bx2xL.reshape(-1, x_Bx2xL.shape[-1])
+      pooled_2BxE = self._pooled(flat(inputs), flat(positions), flat(mask), None, rngs)
+      u_BxE, v_BxE = pooled_2BxE[0::2], pooled_2BxE[1::2]
+      pooled = jnp.concatenate([u_BxE, v_BxE, u_BxE * v_BxE, u_BxE - v_BxE], axis=-1)
+    else:
+      pooled = self._pooled(inputs, positions, mask, token_type_ids_BxL, rngs)
+    with jax.named_scope('head'):
+      logits_BxC = self.head(sharding.constrain(pooled, (sharding.BATCH, sharding.EMBED)),
+                             rngs=rngs)
+    return sharding.constrain(logits_BxC, (sharding.BATCH, sharding.CLASSES))
+
+  def _pooled(self, inputs_BxL: jax.Array, positions_BxL: jax.Array, mask_BxL: jax.Array,
+              token_type_ids_BxL: jax.Array | None, rngs: nnx.Rngs | None) -> jax.Array:
+    """The pooled final hidden states [batch, hidden] (``model.pooling``)."""
     cls_only = self.cfg.pooling == 'cls' and self.cfg.attention == 'softmax'
     x_BxLxE = self.encode(inputs_BxL, positions_BxL, mask_BxL, token_type_ids_BxL, rngs=rngs,
                           last_num_queries=1 if cls_only else None)
     if self.cfg.pooling == 'cls':
-      pooled_BxE = x_BxLxE[:, 0]
-    else:
-      weights_BxLx1 = mask_BxL[..., None].astype(jnp.float32)
-      total_BxE = jnp.sum(x_BxLxE.astype(jnp.float32) * weights_BxLx1, axis=1)
-      pooled_BxE = (total_BxE / jnp.maximum(jnp.sum(weights_BxLx1, axis=1), 1.0)).astype(
-          x_BxLxE.dtype)
-    with jax.named_scope('head'):
-      logits_BxC = self.head(sharding.constrain(pooled_BxE, (sharding.BATCH, sharding.EMBED)),
-                             rngs=rngs)
-    return sharding.constrain(logits_BxC, (sharding.BATCH, sharding.CLASSES))
+      return x_BxLxE[:, 0]
+    weights_BxLx1 = mask_BxL[..., None].astype(jnp.float32)
+    total_BxE = jnp.sum(x_BxLxE.astype(jnp.float32) * weights_BxLx1, axis=1)
+    return (total_BxE / jnp.maximum(jnp.sum(weights_BxLx1, axis=1), 1.0)).astype(x_BxLxE.dtype)
 
 
 def init(cfg: ModelConfig, key: jax.Array) -> tuple[nnx.GraphDef, nnx.State]:

@@ -309,9 +309,11 @@ def convert_state_dict(state_dict: Mapping[str, np.ndarray], cfg: ModelConfig, *
   ``init_params`` (a fresh model's pure params dict) gives the classification head when the
   checkpoint has none. A missing tensor or a shape mismatch raises, naming the parameter.
   """
-  if cfg.position != 'rotary' or cfg.attention != 'softmax' or cfg.norm != 'post':
-    raise ValueError('HF RoFormer is a post-LN softmax encoder with rotary positions; got '
-                     f'position={cfg.position!r}, attention={cfg.attention!r}, norm={cfg.norm!r}.')
+  if (cfg.position != 'rotary' or cfg.attention != 'softmax' or cfg.norm != 'post'
+      or cfg.dual_encoder):
+    raise ValueError('HF RoFormer is a post-LN softmax encoder with rotary positions and one '
+                     f'input; got position={cfg.position!r}, attention={cfg.attention!r}, '
+                     f'norm={cfg.norm!r}, dual_encoder={cfg.dual_encoder}.')
   conv = _Converter(state_dict, cfg)
   conv.check_sinusoidal()
   _convert_embeddings(conv, cfg)

@@ -186,6 +186,11 @@ CASES = [
          'not valid CSV'),
     Case('null_label', FILES + ('--config.data.train_files={T}/null.jsonl',), 'the label null'),
     Case('zip_file', FILES + ('--config.data.train_files={T}/train.csv.zip',), 'Decompress'),
+    Case('dual_encoder_without_pairs', TRAIN + ('--config.model.dual_encoder=True',),
+         'set data.text_b_column, or model.dual_encoder=False'),
+    Case('pairs_without_token_types', FILES + ('--config.data.train_files={T}/train.csv',
+                                               '--config.data.text_b_column=label'),
+         'need model.type_vocab_size >= 2'),
     Case('eval_length_beyond_memory', EVAL + ('--eval_lengths=100000',),
          'Evaluating at 100000 tokens needs about', workdir='trained'),
     Case('eval_results_unwritable', EVAL, 'The results are printed above',
@@ -407,3 +412,23 @@ def test_spreadsheet_and_compressed_files_train(tmp_path):
   proc = run(FILES + ('--config.data.train_files={F}', '--config.train.num_steps=2'),
              W=str(tmp_path / 'run'), D='', F=str(path))
   assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_lra_retrieval_config_trains_on_release_format_files(tmp_path):
+  """configs/lra/retrieval.py, shrunk, trains and tests on headerless AAN-format pair files."""
+  path = tmp_path / 'new_aan_pairs.train.tsv'
+  path.write_text(''.join(f'{i % 2}\tid{i}\tid{i + 1}\tpaper {i} text\tpaper {i % 2} cited\n'
+                          for i in range(40)))
+  proc = run(('train.py', '--config=configs/lra/retrieval.py', '--workdir={W}',
+              '--config.data.train_files={F}', '--config.data.max_length=24',
+              '--config.model.max_length=24', '--config.model.size=tiny',
+              '--config.model.num_layers=1', '--config.model.hidden_size=16',
+              '--config.model.mlp_dim=32', '--config.model.num_heads=2',
+              '--config.model.attention_chunk_size=8', '--config.train.num_steps=4',
+              '--config.train.batch_size=8', '--config.train.eval_every=4',
+              '--config.train.checkpoint_every=4', '--config.optim.warmup_steps=8'),
+             W=str(tmp_path / 'run'), F=str(path))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  with open(tmp_path / 'run' / 'summary.json') as f:
+    summary = json.load(f)
+  assert 0 <= summary['eval']['test']['accuracy'][0] <= 1 and summary['eval']['test']['count'] == 4

@@ -19,11 +19,13 @@ import tensorflow_datasets as tfds
 import data
 from configs import default
 from configs.lra import listops as lra_listops
+from configs.lra import retrieval as lra_retrieval
 from data import datasets
 from data import files as files_lib
 from data import fortunes
 from data import listops
 from data import manpages
+from data import pipeline
 from data import position_probes
 from data import sources
 from data import tokenizers
@@ -248,8 +250,8 @@ def test_files_holdout_validation(tmp_path):
   info = info_of(config, workdir=None)
   assert info.num_train_examples == 45
   train_texts, _ = files_lib.FilesSource(
-      train_files=config.train_files, validation_files='', test_files='', text_column='text',
-      label_column='label', workdir=None).read('train')
+      train_files=config.train_files, validation_files='', test_files='',
+      columns=files_lib.Columns(text='text', label='label'), workdir=None).read('train')
   held_out = [tokenizers.ByteTokenizer().decode(row) for batch in eval_batches(
       config, 'validation', workdir=None, global_batch_size=8) for row, w in
       zip(batch['inputs'], batch['weight']) if w]
@@ -646,3 +648,71 @@ def test_lra_listops_release_files_read_with_its_config(tmp_path):
   assert dataset.info.num_classes == 10 and dataset.info.train_length == 4000
   texts, labels = dataset.source.read('test')
   assert texts[0] == b'( ( [MAX 2 9 ) 0 ] )' and list(labels[:3]) == [9, 7, 0]
+
+
+def test_lra_retrieval_release_files_read_with_its_config(tmp_path):
+  """Headerless files in the LRA release's Retrieval format (label, id1, id2, text1, text2) load
+  with configs/lra/retrieval.py: pairs, each text in its own row of [b, 2, L] (two towers)."""
+  rows = [(i % 2, f'paper {i} cites', f'paper {i + 100} is cited') for i in range(12)]
+  paths = {split: _write(tmp_path / f'new_aan_pairs.{split}.tsv', ''.join(
+      f'{label}\tid{i}\tid{i + 1}\t{a}\t{b}\n' for i, (label, a, b) in enumerate(rows)))
+           for split in ('train', 'eval', 'test')}
+  config = lra_retrieval.get_config().data
+  config.update(train_files=paths['train'], validation_files=paths['eval'],
+                test_files=paths['test'], max_length=32)
+  dataset = datasets.load(config, str(tmp_path / 'work'), pair_layout='dual')
+  assert dataset.info.pairs and dataset.info.num_classes == 2
+  texts, labels = dataset.source.read('test')
+  assert texts.shape == (12, 2) and tuple(texts[1]) == (b'paper 1 cites', b'paper 101 is cited')
+  assert list(labels[:3]) == [0, 1, 0]
+  batch = next(dataset.eval_batches('test', global_batch_size=4))
+  assert batch['inputs'].shape == batch['mask'].shape == (4, 2, 32) and 'token_types' not in batch
+  tokenizer = dataset.tokenizer
+  assert tokenizer.decode(batch['inputs'][1, 1]) == b'paper 101 is cited'
+  assert batch['positions'][1, 0, :3].tolist() == [0, 1, 2]
+  assert next(dataset.train_batches(seed=0, global_batch_size=4))['inputs'].shape == (4, 2, 32)
+
+
+def test_headerless_files_need_their_columns_named(tmp_path):
+  path = _write(tmp_path / 'pairs.tsv', '1\ta\tb\n')
+  with pytest.raises(ValueError, match="no column 'text' in data.columns"):
+    files_lib.read_rows(path, files_lib.Columns(text='text', label='label',
+                                                names=('label', 'text1', 'text2')))
+
+
+@hypothesis.settings(deadline=None, max_examples=40)
+@hypothesis.given(len_a=st.integers(0, 12), len_b=st.integers(0, 12), length=st.integers(3, 16))
+def test_joint_pairs_are_cls_a_sep_b_sep_with_token_types(len_a, len_b, length):
+  """[CLS] a [SEP] b [SEP] within the length, token type 1 over b and its [SEP]; a pair that
+  does not fit loses tokens from its longer text first, and a text shorter than half the room is
+  kept whole."""
+  a, b = b'a' * len_a, b'b' * len_b
+  texts = tf.constant(np.array([[a, b]], object))
+  ids, types = pipeline._join_pairs(tokenizers.ByteTokenizer(), texts, length)
+  ids, types = ids.numpy()[0], types.numpy()[0]
+  budget = length - 3
+  kept_a, kept_b = int((ids == ord('a') + 4).sum()), int((ids == ord('b') + 4).sum())
+  assert kept_a + kept_b == min(len_a + len_b, budget)
+  for kept, own, other in ((kept_a, len_a, len_b), (kept_b, len_b, len_a)):
+    if own <= budget // 2 or own + other <= budget:
+      assert kept == own
+  expected = ([tokenizers.CLS_ID] + [ord('a') + 4] * kept_a + [tokenizers.SEP_ID]
+              + [ord('b') + 4] * kept_b + [tokenizers.SEP_ID])
+  assert ids.tolist() == expected + [tokenizers.PAD_ID] * (length - len(expected))
+  assert types.tolist() == ([0] * (kept_a + 2) + [1] * (kept_b + 1)
+                            + [0] * (length - len(expected)))
+
+
+def test_joint_pairs_from_jsonl_files(tmp_path):
+  """JSONL pairs (text_a/text_b keys) batch as one joint input with token types."""
+  path = _write(tmp_path / 'pairs.jsonl', ''.join(
+      json.dumps({'text_a': f'q{i}', 'text_b': 'answer', 'label': i % 2}) + '\n'
+      for i in range(20)))
+  config = _config(name='files', train_files=path, text_column='text_a', text_b_column='text_b',
+                   max_length=12)
+  batch = next(eval_batches(config, 'validation', global_batch_size=2))
+  assert batch['inputs'].shape == batch['token_types'].shape == (2, 12)
+  tokenizer = tokenizers.ByteTokenizer()
+  row = batch['inputs'][0]
+  assert row[0] == tokenizers.CLS_ID and (row == tokenizers.SEP_ID).sum() == 2
+  assert tokenizer.decode(row[batch['token_types'][0] == 1]) == b'answer'

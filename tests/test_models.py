@@ -453,3 +453,27 @@ def test_chunked_attention_memory_is_linear_in_the_length():
     return compiled.memory_analysis().temp_size_in_bytes
 
   assert temp_bytes(8192) / temp_bytes(1024) < 12  # quadratic: 64
+
+
+@pytest.mark.parametrize('pooling', ['cls', 'mean'])
+def test_dual_encoder_encodes_each_text_alone(pooling):
+  """Two towers: the logits are the head on [u, v, u*v, u-v], u and v each text's pooled vector
+  computed alone (so padding one text changes nothing of the other's)."""
+  cfg = make_cfg(dual_encoder=True, pooling=pooling)
+  model = model_for(cfg)
+  ids, pos, mask = batch()
+  pair = lambda x: jnp.stack([x, x[::-1]], axis=1)  # [2, 2, L]: (row 0, row 1), (row 1, row 0)
+  logits = model(pair(ids), pair(pos), pair(mask))
+  single = model_for(make_cfg(pooling=pooling))
+  encoded = model.encode(ids, pos, mask)
+  if pooling == 'cls':
+    pooled = encoded[:, 0]
+  else:
+    pooled = (encoded * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
+  u, v = pooled, pooled[::-1]
+  expected = model.head(jnp.concatenate([u, v, u * v, u - v], -1), rngs=None)
+  np.testing.assert_allclose(logits, expected, atol=1e-5)
+  assert not np.allclose(logits[0], logits[1])  # the order of a pair matters (u - v)
+  assert single.head.dense.kernel.shape[0] * 4 == model.head.dense.kernel.shape[0]
+  with pytest.raises(ValueError, match=r'\[batch, 2, length\]'):
+    model(ids, pos, mask)

@@ -130,6 +130,27 @@ def test_embedded_datasets_train(tmp_path, run_config, name):
   assert train[-1]['train/loss'] < train[0]['train/loss']
 
 
+def test_sentence_pairs_learn_through_token_types(tmp_path, run_config):
+  """Joint pairs: the label is whether the two texts are equal, so only a model that reads both
+  halves ([CLS] a [SEP] b [SEP], token types) can learn it."""
+  rng = np.random.default_rng(0)
+  words = list('abcd')
+  rows = []
+  for _ in range(400):
+    a, b = rng.choice(words, 2)
+    b = a if rng.random() < 0.5 else b
+    rows.append(json.dumps({'a': a, 'b': b, 'label': int(a == b)}) + '\n')
+  path = tmp_path / 'pairs.jsonl'
+  path.write_text(''.join(rows))
+  config = run_config(**{'data.name': 'files', 'data.train_files': str(path),
+                         'data.text_column': 'a', 'data.text_b_column': 'b',
+                         'data.max_length': 12, 'model.type_vocab_size': 2,
+                         'train.num_steps': 200, 'train.eval_every': 200,
+                         'optim.learning_rate': 3e-3, 'model.init_std': 0.1})
+  summary = trainer.train_and_evaluate(config, str(tmp_path / 'run'))
+  assert summary['eval']['test']['accuracy'][0] > 0.8
+
+
 def run_cli(*args, timeout=300):
   return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
                         timeout=timeout)

@@ -39,7 +39,8 @@ class Experiment:
     self.config = config
     self.workdir = workdir
     self.mesh = mesh = validation.check_devices(config) if mesh is None else mesh
-    self.dataset = datasets.load(config.data, workdir)
+    self.dataset = datasets.load(config.data, workdir, pair_layout=(
+        'dual' if config.model.dual_encoder else 'joint'))
     self.info = self.dataset.info
     self.model_config = validation.model_config(
         config, vocab_size=self.info.vocab_size, num_classes=self.info.num_classes)
@@ -165,7 +166,7 @@ class Experiment:
     if cfg.attention == 'softmax':  # logits, probabilities and a temporary per head
       per_token += 3 * cfg.num_heads * length
     live = 1 if self.member_mode == 'loop' else len(self.seeds)  # members computed at once
-    per_example = 4 * live * length * per_token
+    per_example = 4 * live * length * per_token * (2 if cfg.dual_encoder else 1)
     size = self.config.train.eval_batch_size
     while size > unit and size // devices * per_example > _device_memory() / 2:
       size = max(unit, size // 2 // unit * unit)

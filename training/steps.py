@@ -18,7 +18,8 @@ from flax import nnx
 
 from training import optim
 
-# inputs, positions and mask (true at real tokens) [B, L]; label and weight [B]
+# inputs, positions and mask (true at real tokens) [B, L] (two towers: [B, 2, L]), token_types
+# [B, L] for joint sentence pairs; label and weight [B]
 Batch = dict[str, jax.Array]
 Params = Any
 
@@ -64,7 +65,8 @@ def make_step_fns(train_graphdef: nnx.GraphDef, eval_graphdef: nnx.GraphDef,
 
     def loss_fn(params):
       model = nnx.merge(train_graphdef, params)
-      logits = model(inputs, positions, mask, rngs=nnx.Rngs(dropout=dropout_key))
+      logits = model(inputs, positions, mask, batch.get('token_types'),
+                     rngs=nnx.Rngs(dropout=dropout_key))
       with jax.named_scope('loss'):
         return loss_and_metrics(logits, batch)
 
@@ -88,7 +90,7 @@ def make_step_fns(train_graphdef: nnx.GraphDef, eval_graphdef: nnx.GraphDef,
 
   def eval_step(params: Params, batch: Batch) -> dict:
     inputs, positions, mask = batch['inputs'], batch['positions'], batch['mask']
-    logits = nnx.merge(eval_graphdef, params)(inputs, positions, mask)
+    logits = nnx.merge(eval_graphdef, params)(inputs, positions, mask, batch.get('token_types'))
     return loss_and_metrics(logits, batch)[1]
 
   return train_step, eval_step

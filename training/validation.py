@@ -110,7 +110,9 @@ def check_run_fields(config: ml_collections.ConfigDict) -> None:
   if o.grad_accum_steps <= 0 or t.num_steps % o.grad_accum_steps:
     raise ValueError(f'train.num_steps={t.num_steps} must be a positive multiple of '
                      f'optim.grad_accum_steps={o.grad_accum_steps}; change one of them.')
-  if o.warmup_steps < 0 or o.warmup_steps > t.num_steps // o.grad_accum_steps:
+  # LRA Retrieval's recipe warms up for 8,000 of its 5,000 steps ('rsqrt' then only warms up).
+  if o.warmup_steps < 0 or (o.warmup_steps > t.num_steps // o.grad_accum_steps
+                            and o.schedule != 'rsqrt'):
     raise ValueError(f'optim.warmup_steps={o.warmup_steps} must be between 0 and the number of '
                      f'optimizer updates ({t.num_steps // o.grad_accum_steps}); shorten the '
                      'warmup or train longer.')
@@ -131,7 +133,23 @@ def check_model(config: ml_collections.ConfigDict) -> models.ModelConfig:
     raise ValueError(f'model.max_length={cfg.max_length} is shorter than '
                      f'data.max_length={config.data.max_length}: model.position=learned has no '
                      'embedding for the later positions. Raise model.max_length.')
+  _check_pairs(config.data, cfg)
   return cfg
+
+
+def _check_pairs(d: ml_collections.ConfigDict, cfg: models.ModelConfig) -> None:
+  """Sentence pairs (data.text_b_column) and the model's way of reading them agree."""
+  if d.text_b_column and d.name != 'files':
+    raise ValueError(f'data.text_b_column={d.text_b_column!r} names a column of your own files, '
+                     f'but data.name={d.name!r}; use data.name=files or drop text_b_column.')
+  if cfg.dual_encoder and not d.text_b_column:
+    raise ValueError('model.dual_encoder=True encodes the two texts of a pair, but the data has '
+                     'one text per example: set data.text_b_column, or model.dual_encoder=False.')
+  if d.text_b_column and not cfg.dual_encoder and cfg.type_vocab_size < 2:
+    raise ValueError(f'Sentence pairs (data.text_b_column={d.text_b_column!r}) are joined as '
+                     '[CLS] a [SEP] b [SEP] with token types 0 and 1, so they need '
+                     f'model.type_vocab_size >= 2 (got {cfg.type_vocab_size}); or set '
+                     'model.dual_encoder=True to encode the texts one at a time.')
 
 
 def check_devices(config: ml_collections.ConfigDict,

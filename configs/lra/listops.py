@@ -27,18 +27,8 @@ def get_config():
   c.data.name = 'files'
   c.data.text_column = 'Source'
   c.data.label_column = 'Target'
-  c.data.max_length = 4000  # bytes + [CLS]: LRA's 2,000 tokens
-  c.model.size = 'base'
-  c.model.num_layers = 6
-  c.model.hidden_size = 512
-  c.model.num_heads = 8
-  c.model.mlp_dim = 2048
-  c.model.max_length = 4000
-  c.model.pooling = 'cls'
-  c.model.attention_impl = 'chunked'  # memory linear in the length on CPU/TPU
-  c.train.batch_size = 32
-  c.train.num_steps = 5000
-  c.train.eval_every = 500
-  c.train.checkpoint_every = 500
+  lra.lra_encoder(c, num_layers=6, hidden_size=512, num_heads=8, mlp_dim=2048,
+                  max_length=4000)  # bytes + [CLS]: LRA's 2,000 tokens
+  lra.lra_training(c, num_steps=5000, eval_every=500)
   lra.lra_optimizer(c, warmup_steps=1000)
   return c

@@ -21,14 +21,8 @@ from configs import lra
 def get_config():
   c = default.get_config()
   c.data.name = 'imdb_reviews'
-  c.data.max_length = 4000
-  c.model.size = 'small'  # 4 layers, width 256, 4 heads, MLP 1024
-  c.model.max_length = 4000
-  c.model.pooling = 'cls'
-  c.model.attention_impl = 'chunked'
-  c.train.batch_size = 32
-  c.train.num_steps = 20000
-  c.train.eval_every = 2000
-  c.train.checkpoint_every = 2000
+  lra.lra_encoder(c, num_layers=4, hidden_size=256, num_heads=4, mlp_dim=1024,
+                  max_length=4000)
+  lra.lra_training(c, num_steps=20000, eval_every=2000)
   lra.lra_optimizer(c, warmup_steps=8000)
   return c
