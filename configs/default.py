@@ -82,6 +82,10 @@ def _optim() -> ml_collections.ConfigDict:
   # '3e-4,1e-3,3e-3' (each member its own rate, injected into its optimizer state); '' trains
   # optim.learning_rate alone.
   o.learning_rates = ''
+  # Fine-tuning (train.init_from): layer i of L learns at layer_decay^(L - i) x the rate, the
+  # embeddings at layer_decay^(L + 1), the head at 1 (1.0: off; ELECTRA/BEiT use 0.65-0.9).
+  o.layer_decay = 1.0
+  o.freeze_encoder = False  # Train the classification head only (a linear probe of the encoder).
   o.position_lr_multiplier = 1.0  # The position scheme's own parameters learn at this x the rate.
   o.warmup_steps = 50  # Linear warmup steps.
   o.schedule = 'cosine'  # Decay after warmup: 'cosine', 'linear', 'constant' or 'rsqrt' (sqrt(warmup / step), LRA).
@@ -102,8 +106,14 @@ def _data() -> ml_collections.ConfigDict:
   d.name = 'position_probes/order'
   d.data_dir = config_dict.placeholder(str)  # TFDS data_dir (prepared data; embedded builders are generated here).
   d.max_length = 64  # Tokens per example, including the [CLS] token; longer texts are truncated.
-  d.tokenizer = 'byte'  # 'byte' (UTF-8 bytes, no vocabulary) or 'sentencepiece' (trained offline, cached in workdir).
+  # 'byte' (UTF-8 bytes, no vocabulary), 'sentencepiece' (trained offline, cached in the workdir)
+  # or 'huggingface' (data.tokenizer_path).
+  d.tokenizer = 'byte'
   d.sp_vocab_size = 8000  # SentencePiece vocabulary size.
+  # data.tokenizer='huggingface': a tokenizer.json, a WordPiece vocab.txt, or a Hugging Face
+  # checkpoint directory holding one (copied into the workdir on first use).
+  d.tokenizer_path = ''
+
   d.train_files = ''  # data.name=files: comma-separated CSV/TSV/JSONL paths for training.
   d.validation_files = ''  # data.name=files: validation paths (empty = hold out 10% of train).
   d.test_files = ''  # data.name=files: test paths (empty = use validation).

@@ -53,4 +53,4 @@ TFDS_TEXT_DATASETS = {
         'train': 'train[:99%]', 'validation': 'train[99%:]', 'test': 'test'}),
 }
 DATASET_NAMES = EMBEDDED_DATASETS + tuple(TFDS_TEXT_DATASETS) + ('files',)
-TOKENIZERS = ('byte', 'sentencepiece')
+TOKENIZERS = ('byte', 'sentencepiece', 'huggingface')

@@ -110,6 +110,8 @@ def load(data_config: ml_collections.ConfigDict, workdir: str | None, *,
       raise ValueError('data.tokenizer=sentencepiece needs a workdir to cache spm.model')
     tokenizer = tokenizers.load_or_train_sentencepiece(
         workdir, name, data_config.sp_vocab_size, lambda: source.read('train')[0].reshape(-1))
+  elif data_config.tokenizer == 'huggingface':
+    tokenizer = tokenizers.load_huggingface(workdir, data_config.tokenizer_path)
   else:
     raise ValueError(f'Unknown data.tokenizer {data_config.tokenizer!r}; valid: {data.TOKENIZERS}')
 

@@ -33,31 +33,6 @@ from data import tokenizers
 Batch = dict[str, np.ndarray]
 
 
-def _join_pairs(tokenizer: tokenizers.Tokenizer, texts_Bx2: tf.Tensor,
-                length: int) -> tuple[tf.Tensor, tf.Tensor]:
-  """Pairs -> (ids, token types), int32 [b, length] each: [CLS] a [SEP] b [SEP], 0-padded; a pair
-  too long loses tokens from the end of its longer text first (BERT's 'longest first')."""
-  if length < 3:
-    raise ValueError(f'Sequence length {length} must be >= 3 for pairs ([CLS] and two [SEP])')
-  budget = length - 3
-  encode = lambda t: tokenizer.encode_batch(t, length)[:, 1:]  # tokens only, >= budget of them
-  a_BxK, b_BxK = encode(texts_Bx2[:, 0]), encode(texts_Bx2[:, 1])
-  count = lambda ids: tf.reduce_sum(tf.cast(ids != tokenizers.PAD_ID, tf.int32), 1, keepdims=True)
-  len_a, len_b = count(a_BxK), count(b_BxK)
-  keep_b = tf.minimum(len_b, tf.maximum(budget - len_a, budget // 2))
-  keep_a = tf.minimum(len_a, budget - keep_b)
-  j_BxL = tf.broadcast_to(tf.range(length)[tf.newaxis, :], [tf.shape(texts_Bx2)[0], length])
-  start_b = keep_a + 2
-  take = lambda ids, offset: tf.gather(ids, tf.clip_by_value(j_BxL - offset, 0, length - 2),
-                                       batch_dims=1)
-  ids = tf.where(j_BxL == 0, tokenizers.CLS_ID, tokenizers.PAD_ID)
-  ids = tf.where((j_BxL == keep_a + 1) | (j_BxL == start_b + keep_b), tokenizers.SEP_ID, ids)
-  ids = tf.where((j_BxL >= 1) & (j_BxL <= keep_a), take(a_BxK, 1), ids)
-  ids = tf.where((j_BxL >= start_b) & (j_BxL < start_b + keep_b), take(b_BxK, start_b), ids)
-  types = tf.cast((j_BxL >= start_b) & (j_BxL <= start_b + keep_b), tf.int32)
-  return ids, types
-
-
 def _features(tokenizer: tokenizers.Tokenizer, texts: tf.Tensor, labels: tf.Tensor,
               weights: tf.Tensor, length: int, pair_layout: str) -> dict[str, tf.Tensor]:
   """Tokenized batch: texts tf.string [b] (pairs: [b, 2]), labels int32 [b], weights float32
@@ -68,8 +43,8 @@ def _features(tokenizer: tokenizers.Tokenizer, texts: tf.Tensor, labels: tf.Tens
   elif pair_layout == 'dual':
     inputs = tf.reshape(tokenizer.encode_batch(tf.reshape(texts, [-1]), length), [-1, 2, length])
   else:
-    inputs, features['token_types'] = _join_pairs(tokenizer, texts, length)
-  mask = inputs != tokenizers.PAD_ID
+    inputs, features['token_types'] = tokenizer.encode_pairs(texts, length)
+  mask = inputs != tokenizer.specials.pad
   positions = tf.where(mask, tf.range(length), 0)
   return {'inputs': inputs, 'positions': positions, 'mask': mask, **features, 'label': labels,
           'weight': weights}

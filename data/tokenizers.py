@@ -1,11 +1,17 @@
-"""Tokenizers: UTF-8 bytes (default) and SentencePiece trained offline on the training split.
+"""Tokenizers: UTF-8 bytes (default), SentencePiece trained offline on the training split, and a
+Hugging Face tokenizer (``tokenizer.json`` or a WordPiece ``vocab.txt``, e.g. a checkpoint's).
 
-Both share the special ids below and produce, for a batch of texts, [CLS] followed by the text's
-tokens, truncated and right-padded with 0 to a fixed length, inside a tf.data pipeline.
+Every tokenizer carries its special ids (``specials``), and the pipeline reads them from there.
+Bytes and SentencePiece share the ids below and give [CLS] followed by the text's tokens, and
+for pairs [CLS] a [SEP] b [SEP] (``join_pairs``); a Hugging Face tokenizer assembles inputs as
+its own post-processor does ([CLS] a [SEP] for BERT/RoFormer vocabularies), so a model
+fine-tuned here sees exactly what ``transformers`` feeds it. Truncated and right-padded to a
+fixed length, inside a tf.data pipeline.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -14,6 +20,7 @@ from typing import Callable, Iterable, Protocol
 import numpy as np
 import sentencepiece as spm
 import tensorflow as tf
+import tokenizers as hf_tokenizers
 
 from data import storage
 
@@ -28,13 +35,31 @@ SP_MODEL_FILE = 'spm.model'
 SP_META_FILE = 'spm.json'
 
 
+@dataclasses.dataclass(frozen=True)
+class Specials:
+  """A tokenizer's special token ids (``mask`` None: it has no [MASK])."""
+
+  pad: int
+  cls: int
+  sep: int
+  unk: int
+  mask: int | None = None
+
+
+OWN_SPECIALS = Specials(pad=PAD_ID, cls=CLS_ID, sep=SEP_ID, unk=UNK_ID)
+
+
 class Tokenizer(Protocol):
   """What the pipeline needs from a tokenizer."""
 
   vocab_size: int
+  specials: Specials
 
   def encode_batch(self, texts: tf.Tensor, length: int) -> tf.Tensor:
-    """Texts (tf.string [b]) -> int32 [b, length]: [CLS], tokens truncated, 0-padded."""
+    """Texts (tf.string [b]) -> int32 [b, length]: [CLS], tokens truncated, padded."""
+
+  def encode_pairs(self, texts_Bx2: tf.Tensor, length: int) -> tuple[tf.Tensor, tf.Tensor]:
+    """Pairs (tf.string [b, 2]) -> (ids, token types), int32 [b, length] each."""
 
   def decode(self, ids: Iterable[int]) -> bytes:
     """Token ids -> text as UTF-8 bytes; special ids are dropped."""
@@ -45,10 +70,41 @@ def _check_length(length: int) -> None:
     raise ValueError(f'Sequence length {length} must be >= 2 ([CLS] and one token)')
 
 
+def join_pairs(tokenizer: Tokenizer, texts_Bx2: tf.Tensor,
+               length: int) -> tuple[tf.Tensor, tf.Tensor]:
+  """Pairs -> (ids, token types), int32 [b, length] each: [CLS] a [SEP] b [SEP], padded; a pair
+  too long loses tokens from the end of its longer text first (BERT's 'longest first'); types
+  are 1 from b's first token to its [SEP]. ``tokenizer.encode_batch`` gives each text's tokens."""
+  if length < 3:
+    raise ValueError(f'Sequence length {length} must be >= 3 for pairs ([CLS] and two [SEP])')
+  ids_of = tokenizer.specials
+  budget = length - 3
+  encode = lambda t: tokenizer.encode_batch(t, length)[:, 1:]  # tokens only, >= budget of them
+  a_BxK, b_BxK = encode(texts_Bx2[:, 0]), encode(texts_Bx2[:, 1])
+  count = lambda ids: tf.reduce_sum(tf.cast(ids != ids_of.pad, tf.int32), 1, keepdims=True)
+  len_a, len_b = count(a_BxK), count(b_BxK)
+  keep_b = tf.minimum(len_b, tf.maximum(budget - len_a, budget // 2))
+  keep_a = tf.minimum(len_a, budget - keep_b)
+  j_BxL = tf.broadcast_to(tf.range(length)[tf.newaxis, :], [tf.shape(texts_Bx2)[0], length])
+  start_b = keep_a + 2
+  take = lambda ids, offset: tf.gather(ids, tf.clip_by_value(j_BxL - offset, 0, length - 2),
+                                       batch_dims=1)
+  ids = tf.where(j_BxL == 0, ids_of.cls, ids_of.pad)
+  ids = tf.where((j_BxL == keep_a + 1) | (j_BxL == start_b + keep_b), ids_of.sep, ids)
+  ids = tf.where((j_BxL >= 1) & (j_BxL <= keep_a), take(a_BxK, 1), ids)
+  ids = tf.where((j_BxL >= start_b) & (j_BxL < start_b + keep_b), take(b_BxK, start_b), ids)
+  types = tf.cast((j_BxL >= start_b) & (j_BxL <= start_b + keep_b), tf.int32)
+  return ids, types
+
+
 class ByteTokenizer:
   """UTF-8 bytes as tokens (id = byte + 4), no vocabulary; any byte string is valid input."""
 
   vocab_size = BYTE_VOCAB_SIZE
+  specials = OWN_SPECIALS
+
+  def encode_pairs(self, texts_Bx2: tf.Tensor, length: int) -> tuple[tf.Tensor, tf.Tensor]:
+    return join_pairs(self, texts_Bx2, length)
 
   def encode_batch(self, texts: tf.Tensor, length: int) -> tf.Tensor:
     """Texts (tf.string [b]) -> int32 [b, length]: [CLS], the first length-1 bytes, 0-padded."""
@@ -67,9 +123,14 @@ class SentencePieceTokenizer:
   """A SentencePiece model whose ids 0-3 are [PAD], [CLS], [SEP], [UNK]; non-UTF-8 bytes are
   decoded as U+FFFD before encoding."""
 
+  specials = OWN_SPECIALS
+
   def __init__(self, model_proto: bytes):
     self._processor = spm.SentencePieceProcessor(model_proto=model_proto)
     self.vocab_size = self._processor.get_piece_size()
+
+  def encode_pairs(self, texts_Bx2: tf.Tensor, length: int) -> tuple[tf.Tensor, tf.Tensor]:
+    return join_pairs(self, texts_Bx2, length)
 
   def _encode_numpy(self, texts: np.ndarray, length: np.ndarray) -> np.ndarray:
     """Bytes [b] -> int32 [b, length] (runs in tf.numpy_function)."""
@@ -145,3 +206,131 @@ def load_or_train_sentencepiece(
   storage.write_atomically(model_path, proto)
   return SentencePieceTokenizer(proto)
 
+
+
+# Special tokens by role: BERT/RoFormer WordPiece names first, then RoBERTa/GPT-2 style BPE names.
+_SPECIAL_TOKENS = {'pad': ('[PAD]', '<pad>'), 'cls': ('[CLS]', '<s>', '<|endoftext|>'),
+                   'sep': ('[SEP]', '</s>', '<|endoftext|>'), 'unk': ('[UNK]', '<unk>'),
+                   'mask': ('[MASK]', '<mask>')}
+HF_TOKENIZER_FILE = 'tokenizer.json'
+HF_VOCAB_FILE = 'vocab.txt'
+HF_TOKENIZER_CONFIG = 'tokenizer_config.json'
+
+
+class HuggingFaceTokenizer:
+  """A ``tokenizers`` library tokenizer; inputs are assembled by its post-processor ([CLS] a
+  [SEP], pairs [CLS] a [SEP] b [SEP] with types 0/1 for BERT/RoFormer), truncated longest first
+  and padded with its [PAD], as ``transformers`` does. Special ids are looked up by name."""
+
+  def __init__(self, serialized: str):
+    self.serialized = serialized  # tokenizer.json content
+    tokenizer = hf_tokenizers.Tokenizer.from_str(serialized)
+    self.vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
+    found = {role: next((i for i in map(tokenizer.token_to_id, names) if i is not None), None)
+             for role, names in _SPECIAL_TOKENS.items()}
+    missing = [role for role, i in found.items() if i is None and role != 'mask']
+    if missing:
+      raise ValueError(f'The Hugging Face tokenizer has no {", ".join(missing)} token (looked '
+                       f'for {", ".join(n for r in missing for n in _SPECIAL_TOKENS[r])}); this '
+                       'pipeline needs [PAD], [CLS], [SEP] and [UNK] (or <pad>, <s>, </s>, '
+                       '<unk>).')
+    self.specials = Specials(**found)
+    self._decoder = tokenizer
+    self._by_length: dict[int, hf_tokenizers.Tokenizer] = {}
+
+  def _at(self, length: int) -> hf_tokenizers.Tokenizer:
+    """A copy truncating and padding to ``length`` (one per length: the settings are state)."""
+    if length not in self._by_length:
+      tokenizer = hf_tokenizers.Tokenizer.from_str(self.serialized)
+      tokenizer.enable_truncation(length, strategy='longest_first')
+      tokenizer.enable_padding(length=length, pad_id=self.specials.pad,
+                               pad_token=tokenizer.id_to_token(self.specials.pad))
+      self._by_length[length] = tokenizer
+    return self._by_length[length]
+
+  def _encode_numpy(self, texts: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Bytes [b] or [b, 2] -> (ids, types) int32 [b, length] (runs in tf.numpy_function)."""
+    text = lambda t: t.decode('utf-8', errors='replace')
+    inputs = [text(t) if texts.ndim == 1 else (text(t[0]), text(t[1])) for t in texts]
+    encodings = self._at(int(length)).encode_batch(inputs) if inputs else []
+    shape = (len(inputs), int(length))
+    ids = np.array([e.ids for e in encodings], np.int32).reshape(shape)
+    types = np.array([e.type_ids for e in encodings], np.int32).reshape(shape)
+    return ids, types
+
+  def _encode(self, texts: tf.Tensor, length: int) -> tuple[tf.Tensor, tf.Tensor]:
+    ids, types = tf.numpy_function(self._encode_numpy, [texts, length], (tf.int32, tf.int32),
+                                   stateful=False)
+    return tf.ensure_shape(ids, [None, length]), tf.ensure_shape(types, [None, length])
+
+  def encode_batch(self, texts: tf.Tensor, length: int) -> tf.Tensor:
+    _check_length(length)
+    return self._encode(texts, length)[0]
+
+  def encode_pairs(self, texts_Bx2: tf.Tensor, length: int) -> tuple[tf.Tensor, tf.Tensor]:
+    return self._encode(texts_Bx2, length)
+
+  def decode(self, ids: Iterable[int]) -> bytes:
+    s = self.specials
+    dropped = {s.pad, s.cls, s.sep, s.mask}
+    return self._decoder.decode([int(i) for i in ids if int(i) not in dropped]).encode('utf-8')
+
+
+def _wordpiece(vocab_path: str) -> hf_tokenizers.Tokenizer:
+  """BERT's WordPiece tokenizer over ``vocab_path``, lower-casing as the directory's
+  tokenizer_config.json says (``do_lower_case``; default True, as BertTokenizer's)."""
+  config_path = os.path.join(os.path.dirname(vocab_path), HF_TOKENIZER_CONFIG)
+  lowercase = True
+  if os.path.isfile(config_path):
+    with open(config_path) as f:
+      lowercase = bool(json.load(f).get('do_lower_case', True))
+  tokenizer = hf_tokenizers.Tokenizer(
+      hf_tokenizers.models.WordPiece.from_file(vocab_path, unk_token='[UNK]'))
+  tokenizer.normalizer = hf_tokenizers.normalizers.BertNormalizer(lowercase=lowercase)
+  tokenizer.pre_tokenizer = hf_tokenizers.pre_tokenizers.BertPreTokenizer()
+  cls, sep = tokenizer.token_to_id('[CLS]'), tokenizer.token_to_id('[SEP]')
+  if cls is None or sep is None:
+    raise ValueError(f'{vocab_path} has no [CLS] or [SEP] token: not a BERT-style vocabulary.')
+  tokenizer.post_processor = hf_tokenizers.processors.TemplateProcessing(
+      single='[CLS] $A [SEP]', pair='[CLS] $A [SEP] $B:1 [SEP]:1',
+      special_tokens=[('[CLS]', cls), ('[SEP]', sep)])
+  tokenizer.decoder = hf_tokenizers.decoders.WordPiece()
+  return tokenizer
+
+
+def read_huggingface(path: str) -> str:
+  """The tokenizer.json content of a tokenizer given as ``tokenizer.json``, a WordPiece
+  ``vocab.txt``, or a directory holding one (a Hugging Face checkpoint's); FileNotFoundError
+  naming what was looked for."""
+  path = os.path.expanduser(path)
+  if os.path.isdir(path):
+    for name in (HF_TOKENIZER_FILE, HF_VOCAB_FILE):
+      if os.path.isfile(os.path.join(path, name)):
+        return read_huggingface(os.path.join(path, name))
+  if os.path.isfile(path) and path.endswith('.json'):
+    with open(path) as f:
+      return f.read()
+  if os.path.isfile(path):
+    return _wordpiece(path).to_str()
+  raise FileNotFoundError(f'data.tokenizer_path={path!r}: no {HF_TOKENIZER_FILE} or '
+                          f'{HF_VOCAB_FILE} there. Give a Hugging Face tokenizer.json, a '
+                          'WordPiece vocab.txt, or a checkpoint directory holding one.')
+
+
+def load_huggingface(workdir: str | None, path: str) -> HuggingFaceTokenizer:
+  """The tokenizer at ``path``, cached in ``workdir/tokenizer.json``: a workdir keeps using its
+  copy (also when ``path`` has moved); a different tokenizer at ``path`` is an error."""
+  cached = os.path.join(workdir, HF_TOKENIZER_FILE) if workdir else None
+  if cached and os.path.isfile(cached):
+    with open(cached) as f:
+      saved = f.read()
+    if path and os.path.exists(os.path.expanduser(path)) and read_huggingface(path) != saved:
+      raise ValueError(f'{cached} holds another tokenizer than data.tokenizer_path={path!r}: '
+                       'use another workdir, or delete it to use the new one.')
+    return HuggingFaceTokenizer(saved)
+  given = read_huggingface(path)
+  tokenizer = HuggingFaceTokenizer(given)
+  if cached:
+    os.makedirs(workdir, exist_ok=True)
+    storage.write_atomically(cached, given.encode('utf-8'))
+  return tokenizer

@@ -9,8 +9,14 @@ pytorch_model.bin or flax_model.msgpack) of ``RoFormerModel`` or
 
   OUT/params               orbax checkpoint of the pure params dict (nnx.to_pure_dict layout)
   OUT/hf_conversion.json   ModelConfig fields, config overrides, has_head, unused keys
+  OUT/tokenizer.json       the checkpoint's tokenizer (its tokenizer.json or WordPiece vocab.txt)
 
-and prints the ``--config.*`` overrides that make ``configs/default.py`` describe this model.
+and prints the ``--config.*`` overrides that make ``configs/default.py`` describe this model, so
+that fine-tuning is one more command:
+
+  python train.py --config=configs/default.py --workdir=runs/finetune \
+      --config.train.init_from=/tmp/roformer_jax <the printed overrides> \
+      --config.data.name=files --config.data.train_files=train.csv
 Load it back with ``training.checkpoints.load_converted(OUT)`` (``.model()`` builds the Classifier). A
 checkpoint without a classification head gets a fresh head initialised from ``--seed``.
 """
@@ -26,6 +32,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax  # pylint: disable=g-import-not-at-top
 
 from configs import default  # pylint: disable=g-import-not-at-top
+from data import storage  # pylint: disable=g-import-not-at-top
+from data import tokenizers  # pylint: disable=g-import-not-at-top
 from models import hf  # pylint: disable=g-import-not-at-top
 from training import checkpoints  # pylint: disable=g-import-not-at-top
 from training import validation  # pylint: disable=g-import-not-at-top
@@ -55,6 +63,16 @@ def convert(args: argparse.Namespace) -> hf.HFRoFormer:
   return result
 
 
+def copy_tokenizer(hf_dir: str, out: str) -> bool:
+  """Writes the checkpoint's tokenizer to OUT/tokenizer.json; False if it has none."""
+  try:
+    serialized = tokenizers.read_huggingface(hf_dir)
+  except FileNotFoundError:
+    return False
+  storage.write_atomically(os.path.join(out, tokenizers.HF_TOKENIZER_FILE), serialized)
+  return True
+
+
 def main(argv: list[str] | None = None) -> None:
   args = parse_args(argv)
   result = convert(args)
@@ -64,9 +82,14 @@ def main(argv: list[str] | None = None) -> None:
         f'head={"from checkpoint" if result.has_head else "freshly initialised"}')
   if result.unused_keys:
     print(f'unused checkpoint tensors: {", ".join(result.unused_keys)}')
+  overrides = {name: value for name, value in result.overrides.items()
+               if value is not None}  # None fields are defaults
+  if copy_tokenizer(args.hf_dir, args.out):
+    overrides['data.tokenizer'] = 'huggingface'  # OUT/tokenizer.json, found through init_from
+  else:
+    print(f'No tokenizer.json or vocab.txt in {args.hf_dir}: give data.tokenizer_path.')
   print('config overrides:')
-  print(' '.join(f'--config.{name}={value}' for name, value in result.overrides.items()
-                 if value is not None))  # None fields are defaults
+  print(' '.join(f'--config.{name}={value}' for name, value in overrides.items()))
 
 
 if __name__ == '__main__':

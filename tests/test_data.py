@@ -25,7 +25,6 @@ from data import files as files_lib
 from data import fortunes
 from data import listops
 from data import manpages
-from data import pipeline
 from data import position_probes
 from data import sources
 from data import tokenizers
@@ -688,7 +687,7 @@ def test_joint_pairs_are_cls_a_sep_b_sep_with_token_types(len_a, len_b, length):
   kept whole."""
   a, b = b'a' * len_a, b'b' * len_b
   texts = tf.constant(np.array([[a, b]], object))
-  ids, types = pipeline._join_pairs(tokenizers.ByteTokenizer(), texts, length)
+  ids, types = tokenizers.ByteTokenizer().encode_pairs(texts, length)
   ids, types = ids.numpy()[0], types.numpy()[0]
   budget = length - 3
   kept_a, kept_b = int((ids == ord('a') + 4).sum()), int((ids == ord('b') + 4).sum())
@@ -716,3 +715,69 @@ def test_joint_pairs_from_jsonl_files(tmp_path):
   row = batch['inputs'][0]
   assert row[0] == tokenizers.CLS_ID and (row == tokenizers.SEP_ID).sum() == 2
   assert tokenizer.decode(row[batch['token_types'][0] == 1]) == b'answer'
+
+
+def _wordpiece_vocab(tmp_path) -> str:
+  words = ['the', 'cat', 'sat', 'on', 'mat', 'dog', '##s', '.', 'a']
+  vocab = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]'] + words
+  return _write(tmp_path / 'vocab.txt', '\n'.join(vocab) + '\n')
+
+
+@pytest.mark.parametrize('given', ['vocab.txt', 'tokenizer.json', 'directory'])
+def test_huggingface_tokenizer_matches_transformers(tmp_path, given):
+  """A WordPiece vocab.txt, its tokenizer.json, or the directory: the special ids are the
+  tokenizer's ([PAD] 0, [CLS] 2, [SEP] 3, [MASK] 4 here, not this codebase's), and singles and
+  pairs are the ids and token types that transformers' BertTokenizerFast gives."""
+  transformers = pytest.importorskip('transformers')
+  vocab = _wordpiece_vocab(tmp_path)
+  reference = transformers.BertTokenizerFast(vocab_file=vocab)
+  reference.save_pretrained(str(tmp_path / 'checkpoint'))
+  path = {'vocab.txt': vocab, 'tokenizer.json': str(tmp_path / 'checkpoint' / 'tokenizer.json'),
+          'directory': str(tmp_path / 'checkpoint')}[given]
+  tokenizer = tokenizers.load_huggingface(str(tmp_path / 'work'), path)
+  assert tokenizer.specials == tokenizers.Specials(pad=0, cls=2, sep=3, unk=1, mask=4)
+  assert tokenizer.vocab_size == 14
+  singles = ['The cats sat on the mat.', 'a dog', '', 'zebra ' * 20]
+  pairs = [('The cat sat.', 'a dog sat on a mat'), ('cat ' * 10, 'dog'), ('', '')]
+  for length in (6, 12):
+    ids = tokenizer.encode_batch(tf.constant([s.encode() for s in singles]), length).numpy()
+    expected = reference(singles, max_length=length, truncation=True, padding='max_length')
+    assert ids.tolist() == expected['input_ids']
+    ids, types = tokenizer.encode_pairs(tf.constant([[a.encode(), b.encode()] for a, b in pairs]),
+                                        length)
+    expected = reference([a for a, _ in pairs], [b for _, b in pairs], max_length=length,
+                         truncation='longest_first', padding='max_length')
+    assert ids.numpy().tolist() == expected['input_ids']
+    assert types.numpy().tolist() == expected['token_type_ids']
+  assert tokenizer.decode([2, 5, 6, 3, 0]) == b'the cat'
+
+
+def test_huggingface_tokenizer_is_cached_in_the_workdir(tmp_path):
+  vocab = _wordpiece_vocab(tmp_path)
+  work = str(tmp_path / 'work')
+  first = tokenizers.load_huggingface(work, vocab)
+  os.remove(vocab)  # the workdir's copy is used once the original has moved
+  assert tokenizers.load_huggingface(work, vocab).serialized == first.serialized
+  _write(tmp_path / 'vocab.txt', '[PAD]\n[UNK]\n[CLS]\n[SEP]\nother\n')
+  with pytest.raises(ValueError, match='holds another tokenizer'):
+    tokenizers.load_huggingface(work, vocab)
+  with pytest.raises(FileNotFoundError, match='no tokenizer.json or vocab.txt'):
+    tokenizers.load_huggingface(str(tmp_path / 'new'), str(tmp_path / 'nothing'))
+  os.makedirs(tmp_path / 'bad')
+  _write(tmp_path / 'bad' / 'vocab.txt', 'x\ny\n')
+  with pytest.raises(ValueError, match='no \\[CLS\\] or \\[SEP\\]'):
+    tokenizers.load_huggingface(None, str(tmp_path / 'bad'))
+
+
+def test_huggingface_tokenizer_through_the_pipeline(tmp_path):
+  vocab = _wordpiece_vocab(tmp_path)
+  path = _write(tmp_path / 'train.csv', 'text,label\n' + ''.join(
+      f'the cat sat {i},{i % 2}\n' for i in range(20)))
+  config = _config(name='files', train_files=path, tokenizer='huggingface',
+                   tokenizer_path=vocab, max_length=8)
+  dataset = datasets.load(config, str(tmp_path / 'work'))
+  assert dataset.info.vocab_size == 14
+  batch = next(dataset.eval_batches('validation', global_batch_size=2))
+  # [CLS] the cat sat [UNK] [SEP] [PAD] [PAD]: the mask follows the tokenizer's [PAD] id.
+  assert batch['inputs'][0].tolist() == [2, 5, 6, 7, 1, 3, 0, 0]
+  assert batch['mask'][0].tolist() == [True] * 6 + [False] * 2

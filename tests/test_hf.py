@@ -227,13 +227,17 @@ def test_overrides_rebuild_the_config(classifier_dir):
   assert validation.model_config(config, vocab_size=VOCAB, num_classes=CLASSES) == result.cfg
 
 
-def test_convert_script_round_trip(classifier_dir, tmp_path, capsys):
+def _convert_script():
   path = os.path.join(os.path.dirname(os.path.dirname(__file__)), 'scripts', 'convert_hf.py')
   spec = importlib.util.spec_from_file_location('convert_hf', path)
   script = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(script)
+  return script
+
+
+def test_convert_script_round_trip(classifier_dir, tmp_path, capsys):
   out = str(tmp_path / 'converted')
-  script.main(['--hf_dir', classifier_dir, '--out', out, '--layout', 'half'])
+  _convert_script().main(['--hf_dir', classifier_dir, '--out', out, '--layout', 'half'])
   assert '--config.rope.layout=half' in capsys.readouterr().out
   restored = checkpoints.load_converted(out, deterministic=True)
   direct = hf.load_hf_roformer(classifier_dir, BASE, layout='half', deterministic=True)
@@ -273,3 +277,70 @@ def test_errors_name_the_problem(classifier_dir, tmp_path):
     hf.load_hf_roformer(classifier_dir, BASE, num_classes=7)
   with pytest.raises(FileNotFoundError):
     hf.load_hf_roformer(str(tmp_path / 'nowhere'), BASE)
+
+
+# ------------------------------------------------------------------ fine-tuning from a checkpoint
+
+
+def _checkpoint_with_tokenizer(directory) -> str:
+  """The tiny HF classifier saved with a BERT WordPiece tokenizer of its 100 tokens."""
+  save(torch_model(), directory)
+  vocab = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]'] + [f'w{i}' for i in range(VOCAB - 5)]
+  (directory / 'vocab.txt').write_text('\n'.join(vocab) + '\n')
+  transformers.BertTokenizerFast(vocab_file=str(directory / 'vocab.txt')).save_pretrained(
+      str(directory))
+  return str(directory)
+
+
+def _fine_tune_config(tmp_path, hf_dir, **changes):
+  from configs import tiny  # pylint: disable=g-import-not-at-top
+  rows = ''.join(f'w{i} w{i + 1} w{i % 7},{i % 2}\n' for i in range(40))
+  (tmp_path / 'train.csv').write_text('text,label\n' + rows)
+  config = tiny.get_config()
+  config.update_from_flattened_dict(hf.load_hf_roformer(hf_dir, BASE).overrides)
+  config.update_from_flattened_dict({
+      'data.name': 'files', 'data.train_files': str(tmp_path / 'train.csv'),
+      'data.tokenizer': 'huggingface', 'data.max_length': 16, 'train.init_from': hf_dir,
+      'train.num_steps': 1, 'optim.warmup_steps': 1, 'train.eval_every': 1,
+      'train.checkpoint_every': 1, 'train.eval_max_length': 16, **changes})
+  return config
+
+
+def test_fine_tune_from_a_hf_checkpoint_with_its_tokenizer(tmp_path):
+  """train.init_from=<HF directory>: the encoder is the checkpoint's (the head is new: 2 classes
+  here, 3 there), the tokenizer is the checkpoint's, and freeze_encoder keeps the encoder."""
+  from training import init_from, trainer  # pylint: disable=g-import-not-at-top
+  hf_dir = _checkpoint_with_tokenizer(tmp_path / 'hf')
+  expected = hf.load_hf_roformer(hf_dir, BASE).params
+  read = lambda w, step: checkpoints.Checkpointer(w, 1, read_only=True).restore_raw(step)['params']
+  flat = lambda p: {jax.tree_util.keystr(k, simple=True, separator='/'): v for k, v in
+                    jax.tree_util.tree_flatten_with_path(p)[0]}
+
+  def check_encoder(params):
+    for key, value in flat(params).items():
+      if not key.startswith('head/'):
+        np.testing.assert_allclose(value[0], flat(expected)[key], atol=1e-6, err_msg=key)
+
+  trainer.train_and_evaluate(_fine_tune_config(tmp_path, hf_dir), str(tmp_path / 'a'))
+  fresh = read(str(tmp_path / 'a'), 1)  # step 1's rate is 0: as initialised
+  check_encoder(fresh)
+  assert fresh['head']['out_proj']['kernel'].shape[-1] == 2
+  with open(tmp_path / 'a' / 'tokenizer.json') as f:
+    assert '"w94"' in f.read()
+  converted = str(tmp_path / 'converted')  # convert, then fine-tune: the same start
+  _convert_script().main(['--hf_dir', hf_dir, '--out', converted])
+  trainer.train_and_evaluate(_fine_tune_config(tmp_path, hf_dir, **{
+      'train.init_from': converted}), str(tmp_path / 'e'))
+  check_encoder(read(str(tmp_path / 'e'), 1))
+  config = _fine_tune_config(tmp_path, hf_dir, **{'optim.freeze_encoder': True,
+                                                  'train.num_steps': 3})
+  trainer.train_and_evaluate(config, str(tmp_path / 'b'))
+  frozen = read(str(tmp_path / 'b'), 3)
+  check_encoder(frozen)
+  assert not np.allclose(frozen['head']['out_proj']['kernel'], fresh['head']['out_proj']['kernel'])
+  with pytest.raises(init_from.InitFromError, match='--config.model.hidden_size=32'):
+    trainer.train_and_evaluate(_fine_tune_config(tmp_path, hf_dir, **{'model.hidden_size': 64}),
+                               str(tmp_path / 'c'))
+  with pytest.raises(init_from.InitFromError, match='vocabulary of 100 tokens'):
+    trainer.train_and_evaluate(_fine_tune_config(tmp_path, hf_dir, **{'data.tokenizer': 'byte'}),
+                               str(tmp_path / 'd'))

@@ -16,7 +16,7 @@ def test_schedule_warmup_then_decay():
   for name, mid in (('cosine', 0.5), ('linear', 0.5), ('constant', 1.0)):
     o.schedule = name
     s = optim.schedule_shape(o, 110)
-    assert float(s(0)) == 0.0 and float(s(5)) == pytest.approx(0.5)
+    assert float(s(0)) == 0.0 and float(s(5)) == pytest.approx(0.5, rel=1e-4)
     assert float(s(10)) == pytest.approx(1.0)
     assert float(s(60)) == pytest.approx(mid, abs=1e-6)
   o.schedule = 'exp'
@@ -83,3 +83,28 @@ def test_rsqrt_schedule_is_lras_linear_warmup_times_rsqrt_decay():
   for t in (0, 50, 100, 400, 2500):
     lra = min(1.0, t / 100) / np.sqrt(max(t, 100))
     assert float(shape(t)) == pytest.approx(lra * np.sqrt(100), rel=1e-6), t
+
+
+def test_layer_decay_and_freezing_scale_each_layers_updates():
+  """Layer-wise decay d: layer i of L moves d^(L - i) as far as the head, the embeddings
+  d^(L + 1); a frozen encoder does not move at all."""
+  params = {'embeddings': {'w': jnp.ones(2)}, 'layers': {0: {'w': jnp.ones(2)},
+                                                         1: {'w': jnp.ones(2)}},
+            'head': {'w': jnp.ones(2)}}
+  grads = jax.tree.map(jnp.ones_like, params)
+
+  def moved(**fields):
+    o = default.get_config().optim
+    o.update(warmup_steps=0, schedule='constant', weight_decay=0.0, grad_clip_norm=0.0,
+             learning_rate=0.1, **fields)
+    tx, _ = optim.make_optimizer(o, 10)
+    updates, _ = tx.update(grads, tx.init(params), params)
+    return jax.tree.map(lambda u: float(-u[0]), updates)
+
+  d = moved(layer_decay=0.5)
+  assert d['head']['w'] == pytest.approx(0.1, rel=1e-4)
+  assert d['layers'][1]['w'] == pytest.approx(0.05, rel=1e-4) and d['layers'][0]['w'] == pytest.approx(0.025, rel=1e-4)
+  assert d['embeddings']['w'] == pytest.approx(0.0125, rel=1e-4)
+  frozen = moved(freeze_encoder=True)
+  assert frozen['head']['w'] == pytest.approx(0.1, rel=1e-4)
+  assert frozen['layers'][0]['w'] == frozen['embeddings']['w'] == 0.0

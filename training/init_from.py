@@ -1,6 +1,11 @@
-"""``train.init_from``: a new run starts from another run's trained weights (fine-tuning).
+"""``train.init_from``: a new run starts from pre-trained weights (fine-tuning).
 
-The source is a ``train.py`` workdir. Its final checkpoint is read, and of a learning-rate sweep
+The source is a ``train.py`` workdir, a Hugging Face RoFormer checkpoint directory
+(``save_pretrained``: config.json and weights) or a ``scripts/convert_hf.py`` output. A
+checkpoint's model fields must be this run's (``--config.model.*`` as convert_hf.py prints them;
+a difference is an error naming the field), and its vocabulary this run's tokenizer's: with
+``data.tokenizer=huggingface`` and no ``data.tokenizer_path``, the checkpoint's own tokenizer is
+used. From a workdir: its final checkpoint is read, and of a learning-rate sweep
 only the members of the rate it chose on that state (``summary.json``). Each member
 of the new run takes the source member of its seed (or, when the seeds differ, the source's
 members in turn). Every parameter but the classification head is copied, the head too with
@@ -24,7 +29,9 @@ import ml_collections
 import numpy as np
 
 import models
+from data import storage
 from data import tokenizers
+from models import hf
 from training import checkpoints
 from training import validation
 from training.metrics import console
@@ -50,6 +57,8 @@ def _field(config: ml_collections.ConfigDict, dotted: str) -> Any:
   value = config.get(group, {}).get(name)
   if value is None and name in models.SIZED_FIELDS:
     value = models.PRESETS[config.model.size][models.SIZED_FIELDS.index(name)]
+  if value is None and name == 'embedding_size':
+    value = _field(config, 'model.hidden_size')
   if group == 'data' and name != 'tokenizer' and config.data.tokenizer != 'sentencepiece':
     return None
   return value
@@ -62,22 +71,53 @@ def needed(config: ml_collections.ConfigDict, workdir: str) -> bool:
   return bool(config.train.init_from) and not own
 
 
-def check_source(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """The source's config, after checking that its parameters fit this run's model."""
-  source = config.train.init_from
+def _kind(source: str) -> str:
+  """'workdir', 'huggingface' or 'converted'; InitFromError if ``source`` is none of them."""
+  if os.path.isfile(os.path.join(source, checkpoints.CONVERTED_METADATA)):
+    return 'converted'
   try:
-    source_config = validation.load_config(os.path.expanduser(source))
-  except FileNotFoundError:
-    raise InitFromError(f'train.init_from={source!r} is not a train.py workdir (no '
-                        f'{validation.CONFIG_FILE} there). Give the workdir of a finished run.'
-                        ) from None
-  differing = [f'{f} ({_field(source_config, f)!r} there, {_field(config, f)!r} here)'
-               for f in PARAMETER_FIELDS if _field(source_config, f) != _field(config, f)]
+    with open(os.path.join(source, validation.CONFIG_FILE)) as f:
+      return 'huggingface' if 'model_type' in json.load(f) else 'workdir'
+  except (OSError, ValueError):
+    raise InitFromError(f'train.init_from={source!r} is not a train.py workdir, a Hugging Face '
+                        f'checkpoint directory or a convert_hf.py output (no readable '
+                        f'{validation.CONFIG_FILE} or {checkpoints.CONVERTED_METADATA} there). '
+                        'Give the folder of a finished run or of a checkpoint.') from None
+
+
+def _checkpoint_fields(source: str, kind: str, config: ml_collections.ConfigDict) -> dict:
+  """The dotted model and rope fields a checkpoint's parameters were made for."""
+  if kind == 'converted':
+    with open(os.path.join(source, checkpoints.CONVERTED_METADATA)) as f:
+      return json.load(f)['overrides']
+  model, rope_fields = hf.hf_fields(hf.load_hf_config(source), layout=config.rope.layout)
+  return {**{f'model.{k}': v for k, v in model.items()},
+          **{f'rope.{k}': v for k, v in rope_fields.items()}}
+
+
+_CHECKPOINT_FIELDS = ('model.position', 'model.attention', 'model.num_layers',
+                      'model.hidden_size', 'model.num_heads', 'model.mlp_dim',
+                      'model.embedding_size', 'model.norm', 'model.type_vocab_size', 'rope.base',
+                      'rope.layout', 'rope.rotary_value')
+
+
+def check_source(config: ml_collections.ConfigDict) -> None:
+  """Checks that the source's parameters fit this run's model (InitFromError naming fields)."""
+  source = os.path.expanduser(config.train.init_from)
+  kind = _kind(source)
+  if kind == 'workdir':
+    source_config = validation.load_config(source)
+    theirs = {f: _field(source_config, f) for f in PARAMETER_FIELDS}
+  else:
+    given = _checkpoint_fields(source, kind, config)
+    theirs = {f: given[f] for f in _CHECKPOINT_FIELDS if f in given}
+  differing = {f: v for f, v in theirs.items() if v != _field(config, f)}
   if differing:
-    raise InitFromError(f'train.init_from={source!r} was trained with other parameters: '
-                        f'{"; ".join(differing)}. Set these fields as the source has them (its '
-                        'config.json), or initialise from another run.')
-  return source_config
+    raise InitFromError(
+        f'train.init_from={source!r} holds parameters for another model: '
+        + '; '.join(f'{f} ({v!r} there, {_field(config, f)!r} here)' for f, v in differing.items())
+        + '. Set these fields as the source has them: '
+        + ' '.join(f'--config.{f}={v}' for f, v in differing.items()) + '.')
 
 
 def _source_members(source: str, num_members: int) -> tuple[list[int], list[int]]:
@@ -101,10 +141,8 @@ def _mapped(target: np.ndarray, saved: np.ndarray, members: list[int], path: str
   return saved[np.asarray(members)].astype(target.dtype)
 
 
-def initial_state(state: Any, exp: Any, config: ml_collections.ConfigDict) -> Any:
-  """``state`` (freshly initialised) with its parameters replaced by the source's."""
-  source = os.path.abspath(os.path.expanduser(config.train.init_from))
-  check_source(config)
+def _from_workdir(source: str, exp: Any) -> tuple[Any, list[int], str]:
+  """(params with a member axis, the source member of each of ours, a description)."""
   ckpt = checkpoints.Checkpointer(source, 1, read_only=True)
   steps = ckpt.ranked_steps('latest')
   if not steps:
@@ -113,26 +151,61 @@ def initial_state(state: Any, exp: Any, config: ml_collections.ConfigDict) -> An
   chosen, seeds = _source_members(source, len(jax.tree.leaves(saved)[0]))
   members = [chosen[seeds.index(s)] if s in seeds else chosen[i % len(chosen)]
              for i, s in enumerate(exp.seeds)]
+  return saved, members, f'step {step}, members {members}'
+
+
+def _from_checkpoint(source: str, kind: str, exp: Any) -> tuple[Any, list[int], str]:
+  """As ``_from_workdir``, for a Hugging Face checkpoint or a conversion (one member)."""
+  if kind == 'converted':
+    result = checkpoints.load_converted(source)
+  else:
+    result = hf.load_hf_roformer(source, exp.model_config, layout=exp.model_config.rope.layout)
+  if result.cfg.vocab_size != exp.model_config.vocab_size:
+    raise InitFromError(f'train.init_from={source!r} has a vocabulary of {result.cfg.vocab_size} '
+                        f'tokens, this run\'s tokenizer {exp.model_config.vocab_size}: fine-tune '
+                        'with the checkpoint\'s tokenizer (--config.data.tokenizer=huggingface; '
+                        'data.tokenizer_path defaults to the checkpoint).')
+  saved = jax.tree.map(lambda x: np.asarray(x)[None], result.params)
+  return saved, [0] * len(exp.seeds), f'{kind} checkpoint'
+
+
+def initial_state(state: Any, exp: Any, config: ml_collections.ConfigDict) -> Any:
+  """``state`` (freshly initialised) with its parameters replaced by the source's."""
+  source = os.path.abspath(os.path.expanduser(config.train.init_from))
+  check_source(config)
+  kind = _kind(source)
+  saved, members, described = (_from_workdir(source, exp) if kind == 'workdir'
+                               else _from_checkpoint(source, kind, exp))
   ours = _flat(state.params)
   theirs = {k: v for k, v in _flat(saved).items()
             if config.train.init_head or not k.startswith(HEAD + '/')}
   copied = {k: _mapped(ours[k], v, members, k) for k, v in theirs.items() if k in ours}
   unexpected, fresh = sorted(set(theirs) - set(ours)), sorted(set(ours) - set(theirs))
-  console(f'Initialised {len(copied)} of {len(ours)} parameter arrays from {source} (step '
-          f'{step}, members {members}); newly initialised: {", ".join(fresh) or "none"}; '
+  console(f'Initialised {len(copied)} of {len(ours)} parameter arrays from {source} '
+          f'({described}); newly initialised: {", ".join(fresh) or "none"}; '
           f'unused from the source: {", ".join(unexpected) or "none"}.')
   params = _unflat(state.params, {k: copied.get(k) for k in ours})
   return state.replace(params=params)
 
 
 def copy_tokenizer(config: ml_collections.ConfigDict, workdir: str) -> None:
-  """With SentencePiece, the source's vocabulary: its model file, unless the run has one."""
-  if config.data.tokenizer != 'sentencepiece':
-    return
+  """The source's vocabulary, unless the run has one: a workdir's SentencePiece model or Hugging
+  Face tokenizer, or (data.tokenizer=huggingface without data.tokenizer_path) a checkpoint's."""
   source = os.path.expanduser(config.train.init_from)
-  for name in (tokenizers.SP_MODEL_FILE, tokenizers.SP_META_FILE):
-    if not os.path.exists(os.path.join(workdir, name)):
-      shutil.copyfile(os.path.join(source, name), os.path.join(workdir, name))
+  if config.data.tokenizer == 'sentencepiece':
+    names = (tokenizers.SP_MODEL_FILE, tokenizers.SP_META_FILE)
+  elif config.data.tokenizer == 'huggingface' and not config.data.tokenizer_path:
+    names = (tokenizers.HF_TOKENIZER_FILE,)
+  else:
+    return
+  for name in names:
+    target = os.path.join(workdir, name)
+    if os.path.exists(target):
+      continue
+    if _kind(source) == 'workdir':
+      shutil.copyfile(os.path.join(source, name), target)
+    else:
+      storage.write_atomically(target, tokenizers.read_huggingface(source).encode('utf-8'))
 
 
 def _flat(tree: Any) -> dict[str, Any]:

@@ -64,6 +64,31 @@ def position_mask(params):
       lambda path, _: any(getattr(k, 'key', None) == 'positions' for k in path), params)
 
 
+def learning_rate_multipliers(optim: ml_collections.ConfigDict, params):
+  """Each parameter's learning-rate multiplier: 1 for the head (and a final LayerNorm); with
+  ``optim.layer_decay`` d, layer i of L learns at d^(L - i) and everything below the layers
+  (embeddings, the position scheme's tables) at d^(L + 1); ``optim.freeze_encoder``: 0 for all
+  but the head."""
+  num_layers = len(params.get('layers', {}))
+
+  def multiplier(path, _):
+    top = getattr(path[0], 'key', None)
+    if top in ('head', 'final_norm'):
+      return 0.0 if optim.freeze_encoder and top != 'head' else 1.0
+    if optim.freeze_encoder:
+      return 0.0
+    if top == 'layers':
+      return optim.layer_decay ** (num_layers - int(path[1].key))
+    return optim.layer_decay ** (num_layers + 1)
+  return jax.tree_util.tree_map_with_path(multiplier, params)
+
+
+def _scale_per_parameter(optim: ml_collections.ConfigDict) -> optax.GradientTransformation:
+  def scale(updates, params):
+    return jax.tree.map(lambda u, m: u * m, updates, learning_rate_multipliers(optim, params))
+  return optax.stateless(scale)
+
+
 def make_optimizer(optim: ml_collections.ConfigDict,
                    num_updates: int) -> tuple[optax.GradientTransformation, optax.Schedule]:
   """AdamW (+ clipping, + ``optax.MultiSteps`` accumulation) with the peak learning rate injected
@@ -78,6 +103,8 @@ def make_optimizer(optim: ml_collections.ConfigDict,
   tx = optax.inject_hyperparams(adamw)(learning_rate=optim.learning_rate)
   if optim.position_lr_multiplier != 1.0:
     tx = optax.chain(tx, optax.masked(optax.scale(optim.position_lr_multiplier), position_mask))
+  if optim.layer_decay != 1.0 or optim.freeze_encoder:
+    tx = optax.chain(tx, _scale_per_parameter(optim))
   if optim.grad_clip_norm > 0:
     tx = optax.chain(optax.clip_by_global_norm(optim.grad_clip_norm), tx)
   if optim.grad_accum_steps > 1:

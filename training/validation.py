@@ -88,7 +88,8 @@ def _check_optimizer(o: ml_collections.ConfigDict) -> None:
       ('grad_clip_norm', o.grad_clip_norm, o.grad_clip_norm >= 0, '>= 0 (0: off)'),
       ('position_lr_multiplier', o.position_lr_multiplier, o.position_lr_multiplier >= 0,
        '>= 0'),
-      ('end_lr_factor', o.end_lr_factor, 0 <= o.end_lr_factor <= 1, 'in [0, 1]')):
+      ('end_lr_factor', o.end_lr_factor, 0 <= o.end_lr_factor <= 1, 'in [0, 1]'),
+      ('layer_decay', o.layer_decay, 0 < o.layer_decay <= 1, 'in (0, 1] (1: off)')):
     if not (math.isfinite(value) and ok):
       raise ValueError(f'optim.{field} must be a finite number {rule}, got {value}: fix '
                        f'--config.optim.{field}.')
