@@ -11,8 +11,10 @@ each process reads the whole (small) split and keeps its part (``Dataset``'s met
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
-from typing import Iterator
+import os
+from typing import Callable, Iterable, Iterator
 
 import jax
 import ml_collections
@@ -26,6 +28,7 @@ from data import manpages
 from data import pipeline
 from data import position_probes
 from data import sources
+from data import storage
 from data import tokenizers
 from data.pipeline import Batch
 
@@ -48,6 +51,23 @@ class DatasetInfo:
   eval_splits: dict[str, int]
   num_train_examples: int
   pairs: bool = False  # Each example is two texts (data.text_b_column).
+
+
+INFO_FILE = 'dataset.json'  # a run's DatasetInfo, for predict.py without the training data
+
+
+def save_info(info: DatasetInfo, workdir: str) -> None:
+  storage.write_json(os.path.join(workdir, INFO_FILE), dataclasses.asdict(info))
+
+
+def saved_info(workdir: str) -> DatasetInfo | None:
+  """The DatasetInfo a run saved (None for a workdir written before it was saved)."""
+  path = os.path.join(workdir, INFO_FILE)
+  if not os.path.isfile(path):
+    return None
+  with open(path) as f:
+    fields = json.load(f)
+  return DatasetInfo(**dict(fields, class_names=tuple(fields['class_names'])))
 
 
 def embedded_builder(name: str, data_dir: str | None) -> tfds.core.GeneratorBasedBuilder:
@@ -76,6 +96,27 @@ def _natural_lengths(builder: tfds.core.DatasetBuilder | None, splits: tuple[str
   return {split: length for split in splits}
 
 
+def load_tokenizer(data_config: ml_collections.ConfigDict, workdir: str | None,
+                   read_training_texts: Callable[[], Iterable[bytes]] | None = None
+                   ) -> tokenizers.Tokenizer:
+  """``data.tokenizer``: bytes, or the workdir's SentencePiece model (trained on
+  ``read_training_texts()`` if it has none yet) or Hugging Face tokenizer."""
+  if data_config.tokenizer == 'byte':
+    return tokenizers.ByteTokenizer()
+  if data_config.tokenizer == 'sentencepiece':
+    if workdir is None:
+      raise ValueError('data.tokenizer=sentencepiece needs a workdir to cache spm.model')
+    if read_training_texts is None and not os.path.exists(
+        os.path.join(workdir, tokenizers.SP_MODEL_FILE)):
+      raise FileNotFoundError(f'{workdir} has no {tokenizers.SP_MODEL_FILE}: it was not trained '
+                              'with data.tokenizer=sentencepiece, or the file was removed.')
+    return tokenizers.load_or_train_sentencepiece(
+        workdir, data_config.name, data_config.sp_vocab_size, read_training_texts)
+  if data_config.tokenizer == 'huggingface':
+    return tokenizers.load_huggingface(workdir, data_config.tokenizer_path)
+  raise ValueError(f'Unknown data.tokenizer {data_config.tokenizer!r}; valid: {data.TOKENIZERS}')
+
+
 def load(data_config: ml_collections.ConfigDict, workdir: str | None, *,
          pair_layout: str = 'joint') -> Dataset:
   """Resolves ``data.name`` to a source, tokenizer and info (preparing embedded datasets);
@@ -85,10 +126,7 @@ def load(data_config: ml_collections.ConfigDict, workdir: str | None, *,
   if name == 'files':
     source = files_lib.FilesSource(
         train_files=data_config.train_files, validation_files=data_config.validation_files,
-        test_files=data_config.test_files, columns=files_lib.Columns(
-            text=data_config.text_column, label=data_config.label_column,
-            text_b=data_config.text_b_column,
-            names=tuple(n.strip() for n in data_config.columns.split(',') if n.strip())),
+        test_files=data_config.test_files, columns=files_lib.Columns.of(data_config),
         workdir=workdir)
   elif name in data.TFDS_TEXT_DATASETS:
     source = sources.tfds_text_source(name, data_config.data_dir)
@@ -103,17 +141,8 @@ def load(data_config: ml_collections.ConfigDict, workdir: str | None, *,
     raise ValueError(f'{name} has training sequences of {lengths["train"]} tokens (with [CLS]); '
                      f'data.max_length={data_config.max_length} would cut them and change labels.')
 
-  if data_config.tokenizer == 'byte':
-    tokenizer = tokenizers.ByteTokenizer()
-  elif data_config.tokenizer == 'sentencepiece':
-    if workdir is None:
-      raise ValueError('data.tokenizer=sentencepiece needs a workdir to cache spm.model')
-    tokenizer = tokenizers.load_or_train_sentencepiece(
-        workdir, name, data_config.sp_vocab_size, lambda: source.read('train')[0].reshape(-1))
-  elif data_config.tokenizer == 'huggingface':
-    tokenizer = tokenizers.load_huggingface(workdir, data_config.tokenizer_path)
-  else:
-    raise ValueError(f'Unknown data.tokenizer {data_config.tokenizer!r}; valid: {data.TOKENIZERS}')
+  tokenizer = load_tokenizer(data_config, workdir,
+                             lambda: source.read('train')[0].reshape(-1))
 
   info = DatasetInfo(
       name=name, num_classes=len(source.class_names), class_names=source.class_names,

@@ -102,24 +102,32 @@ def _open(path: str) -> IO[str]:
 
 @dataclasses.dataclass(frozen=True)
 class Columns:
-  """Which columns (JSONL: keys) hold the text, the optional second text and the label, and the
-  names of a headerless file's columns (empty: the first row names them)."""
+  """Which columns (JSONL: keys) hold the text, the optional second text and the label ('': none,
+  for inputs to predict), and the names of a headerless file's columns (empty: the first row
+  names them)."""
 
   text: str
   label: str
   text_b: str = ''
   names: tuple[str, ...] = ()
 
+  @classmethod
+  def of(cls, data_config) -> Columns:
+    """The columns that a config's ``data`` group names."""
+    return cls(text=data_config.text_column, label=data_config.label_column,
+               text_b=data_config.text_b_column,
+               names=tuple(n.strip() for n in data_config.columns.split(',') if n.strip()))
+
   @property
   def wanted(self) -> tuple[str, ...]:
-    return (self.text, self.text_b, self.label) if self.text_b else (self.text, self.label)
+    return tuple(c for c in (self.text, self.text_b, self.label) if c)
 
   def row(self, where: str, record: dict) -> _Row:
     """The row of a record that has every wanted column."""
     text = _to_bytes(record[self.text])
     if self.text_b:
       text = (text, _to_bytes(record[self.text_b]))
-    return _Row(where, text, record[self.label].strip())
+    return _Row(where, text, record[self.label].strip() if self.label else '')
 
 
 _FIX_COLUMNS = ('set data.text_column, data.text_b_column and data.label_column to the names your '
@@ -163,7 +171,7 @@ def _read_jsonl(f: IO[str], path: str, columns: Columns) -> Iterator[_Row]:
     if not isinstance(record, dict) or any(c not in record for c in columns.wanted):
       raise ValueError(f'{where}: expected an object with keys {list(columns.wanted)}; '
                        f'{_FIX_COLUMNS}.')
-    label = record[columns.label]
+    label = record[columns.label] if columns.label else ''
     if label is None or isinstance(label, (dict, list)):
       raise ValueError(f'{where}: the label {json.dumps(label)} is not a class name or id; '
                        'every example needs a label (remove the row or fill it in).')
@@ -194,10 +202,37 @@ def read_rows(path: str, columns: Columns) -> list[_Row]:
   except (gzip.BadGzipFile, EOFError) as e:
     raise ValueError(f'{path}: not a complete gzip file ({e}).') from None
   for row in rows:
-    if not row.label:
+    if columns.label and not row.label:
       raise ValueError(f'{row.where}: empty label; every example needs a label (remove the row '
                        'or fill it in).')
   return rows
+
+
+def read_inputs(path: str, columns: Columns) -> np.ndarray:
+  """The texts of a file to predict on, in order (object [n], or [n, 2] with
+  ``columns.text_b``): a .txt file holds one example a line (a pair: the two texts separated by
+  a tab), other formats as ``read_rows`` without labels; ValueError if it holds none."""
+  stem = path.lower()[:-3] if path.lower().endswith('.gz') else path.lower()
+  if stem.endswith('.txt'):
+    if not os.path.isfile(path):
+      raise FileNotFoundError(f'Input file {path!r} not found; fix the path.')
+    with _open(path) as f:
+      lines = [line.rstrip('\r\n') for line in f]
+    rows = []
+    for i, line in enumerate(lines, start=1):
+      text = _to_bytes(line)
+      if columns.text_b:
+        if b'\t' not in text:
+          raise ValueError(f'{path}, line {i}: the model reads pairs; write each example as the '
+                           'two texts separated by a tab.')
+        text = tuple(text.split(b'\t', 1))
+      rows.append(_Row(f'{path}, line {i}', text, ''))
+  else:
+    rows = read_rows(path, dataclasses.replace(columns, label=''))
+  if not rows:
+    raise ValueError(f'{path} holds no examples: give one example a line (.txt), or rows of '
+                     f'{list(columns.wanted)} (.csv, .tsv, .jsonl).')
+  return _texts(rows)
 
 
 def _texts(rows: list[_Row]) -> np.ndarray:

@@ -27,6 +27,7 @@ TRAIN = ('train.py', '--config=configs/tiny.py', '--workdir={W}', '--config.data
 TRAINED = ('train.py', '--config=configs/tiny.py', '--workdir={W}', '--config.data.name=files',
            '--config.data.train_files={F}')
 EVAL = ('eval.py', '--workdir={W}')
+PREDICT = ('predict.py', '--workdir={W}', '--output={T}/out.jsonl')
 ABLATE = ('ablate.py', '--config=configs/ablation/probes.py', '--workdir={W}',
           '--config.data.data_dir={D}')
 # The command that ran the ablation the 'ablation_done' cases copy.
@@ -195,6 +196,12 @@ CASES = [
          'Evaluating at 100000 tokens needs about', workdir='trained'),
     Case('eval_results_unwritable', EVAL, 'The results are printed above',
          workdir='trained_eval_dir'),
+    Case('predict_empty_input', PREDICT + ('--input={T}/empty.txt',), 'holds no examples',
+         workdir='trained'),
+    Case('predict_missing_input', PREDICT + ('--input={T}/missing.csv',), 'not found',
+         workdir='trained'),
+    Case('predict_input_without_the_text_column', PREDICT + ('--input={T}/no_text.csv',),
+         "no column 'text'", workdir='trained'),
 ]
 
 
@@ -289,7 +296,8 @@ def write_inputs(tmp: str) -> None:
            'ids.csv': 'text,label\n' + ''.join(f'row {i},{10**12 + i}\n' for i in range(20)),
            'quote.csv': 'text,label\n' + rows + '"an open quote,1\n' + rows,
            'null.jsonl': '{"text": "a", "label": 0}\n{"text": "b", "label": null}\n',
-           'train.csv.zip': 'PK'}
+           'train.csv.zip': 'PK', 'empty.txt': '',
+           'no_text.csv': 'sentence\nhello\n'}
   for name, content in files.items():
     with open(os.path.join(tmp, name), 'w') as f:
       f.write(content)
@@ -432,3 +440,33 @@ def test_lra_retrieval_config_trains_on_release_format_files(tmp_path):
   with open(tmp_path / 'run' / 'summary.json') as f:
     summary = json.load(f)
   assert 0 <= summary['eval']['test']['accuracy'][0] <= 1 and summary['eval']['test']['count'] == 4
+
+
+def test_predict_reads_every_format_and_keeps_the_order(trained_workdir, tmp_path):
+  """The same texts as .txt, .jsonl, .csv and .tsv give the same predictions, in input order,
+  with probabilities over the run's classes; predict.py writes them as JSON lines."""
+  from training import prediction  # pylint: disable=g-import-not-at-top
+  workdir, _ = trained_workdir
+  texts = [f'example number {i}' for i in (3, 8, 1)] + ['a text, with "quotes"']
+  inputs = {'in.txt': ''.join(t + '\n' for t in texts),
+            'in.jsonl': ''.join(json.dumps({'text': t}) + '\n' for t in texts),
+            'in.csv': 'text\n' + ''.join(f'"{t.replace(chr(34), chr(34) * 2)}"\n' for t in texts),
+            'in.tsv': 'id\ttext\n' + ''.join(f'{i}\t{t}\n' for i, t in enumerate(texts))}
+  results = {}
+  for name, content in inputs.items():
+    (tmp_path / name).write_text(content)
+    results[name] = list(prediction.predict(workdir, str(tmp_path / name), batch_size=3))
+  first = results['in.txt']
+  assert len(first) == 4 and all(r == first for r in results.values())
+  for p in first:
+    assert set(p['probabilities']) == {'0', '1'}
+    assert abs(sum(p['probabilities'].values()) - 1) < 1e-5
+    assert p['label'] == max(p['probabilities'], key=p['probabilities'].get)
+  (tmp_path / 'reversed.txt').write_text(''.join(t + '\n' for t in texts[::-1]))
+  assert list(prediction.predict(workdir, str(tmp_path / 'reversed.txt'))) == first[::-1]
+  proc = run(('predict.py', '--workdir={W}', '--input={I}', '--output={O}',
+              '--checkpoint=latest'), W=workdir, I=str(tmp_path / 'in.jsonl'),
+             O=str(tmp_path / 'out' / 'p.jsonl'))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  lines = (tmp_path / 'out' / 'p.jsonl').read_text().splitlines()
+  assert [json.loads(line) for line in lines] == first

@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 from absl import logging
 
+from data import datasets
 from data import storage
 from training import checkpoints
 from training import init_from
@@ -91,6 +92,8 @@ def _setup(config: ml_collections.ConfigDict, workdir: str, mesh: jax.sharding.M
   start, state = ckpt.restore_latest(exp.abstract_with_shardings())
   # Written once the workdir's checkpoints are accepted: a refused workdir is left as it was.
   validation.save_config(config, workdir, resumed=bool(start))
+  if jax.process_index() == 0:
+    datasets.save_info(exp.info, workdir)
   if start:
     console(f'Resumed from step {start} in {workdir}.')
   else:

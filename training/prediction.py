@@ -1,0 +1,103 @@
+"""Predictions of a trained workdir on new texts (``predict.py``).
+
+The input is read as the run's data was (``data.text_column``, ``data.text_b_column``; a .txt
+file: one example a line, a pair's texts separated by a tab), tokenized with the workdir's
+tokenizer at the training length, and run through one member of the checkpoint (the first of
+the learning rate the run chose; ``summary.json``) in batches. Each example gets one JSON line,
+in input order: the predicted class name and every class's probability.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import sys
+from typing import Any, Iterator
+
+import jax
+import numpy as np
+import tqdm
+from flax import nnx
+
+import models
+from data import datasets
+from data import files
+from data import pipeline
+from data import storage
+from training import checkpoints
+from training import evaluation
+from training import validation
+
+SUMMARY_FILE = 'summary.json'
+
+
+def _member(workdir: str) -> int:
+  """The first member of the learning rate the run chose (0 before it finished)."""
+  path = os.path.join(workdir, SUMMARY_FILE)
+  if not os.path.isfile(path):
+    return 0
+  with open(path) as f:
+    return int(json.load(f).get('chosen_members', [0])[0])
+
+
+def load_params(workdir: str, checkpoint: str, keep: int) -> tuple[int, Any]:
+  """(step, one member's parameters) of the checkpoint ``checkpoint`` names."""
+  which = evaluation.parse_checkpoint(checkpoint)
+  ckpt = checkpoints.Checkpointer(workdir, keep, read_only=True)
+  steps = [which] if isinstance(which, int) else ckpt.ranked_steps(which)
+  if not steps or steps[0] not in ckpt.all_steps():
+    raise FileNotFoundError(f'No checkpoint {checkpoint!r} in {workdir}: train first, or give '
+                            f'--checkpoint among best, latest, {ckpt.all_steps()}.')
+  params = ckpt.restore_raw(steps[0])['params']
+  member = _member(workdir)
+  return steps[0], jax.tree.map(lambda x: x[member], params)
+
+
+def _probabilities(cfg: models.ModelConfig):
+  graphdef = jax.eval_shape(functools.partial(models.init, cfg), jax.random.PRNGKey(0))[0]
+
+  @jax.jit
+  def run(params, batch):
+    logits = nnx.merge(graphdef, params)(batch['inputs'], batch['positions'], batch['mask'],
+                                         batch.get('token_types'))
+    return jax.nn.softmax(logits, axis=-1)
+  return run
+
+
+def predict(workdir: str, input_path: str, *, checkpoint: str = 'best',
+            batch_size: int = 64) -> Iterator[dict[str, Any]]:
+  """One dict per example of ``input_path``, in order: label and probabilities."""
+  workdir = validation.check_workdir(workdir)
+  config = validation.load_config(workdir)
+  texts = files.read_inputs(input_path, files.Columns.of(config.data))
+  info = datasets.saved_info(workdir) or datasets.load(config.data, workdir).info
+  tokenizer = datasets.load_tokenizer(config.data, workdir)
+  cfg = validation.model_config(config, vocab_size=info.vocab_size,
+                                num_classes=info.num_classes).replace(deterministic=True)
+  _, params = load_params(workdir, checkpoint, config.train.keep_checkpoints)
+  run = _probabilities(cfg)
+  num_batches = math.ceil(len(texts) / batch_size)
+  batches = pipeline.eval_batches(
+      texts, np.zeros(len(texts), np.int32), tokenizer, length=config.data.max_length,
+      batch_size=batch_size, num_batches=num_batches, prefetch=2,
+      pair_layout='dual' if cfg.dual_encoder else 'joint')
+  done = 0
+  for batch in tqdm.tqdm(batches, total=num_batches, unit='batch', file=sys.stderr,
+                         disable=num_batches < 10):
+    probabilities = np.asarray(run(params, {k: v for k, v in batch.items()
+                                             if k not in ('label', 'weight')}))
+    for p in probabilities[:len(texts) - done]:
+      yield {'label': info.class_names[int(p.argmax())],
+             'probabilities': {name: float(q) for name, q in zip(info.class_names, p)}}
+    done += len(probabilities)
+
+
+def write_predictions(predictions: Iterator[dict[str, Any]], output_path: str) -> int:
+  """Writes JSON lines (atomically: a failed run leaves no partial file); returns the count."""
+  lines = [json.dumps(p) + '\n' for p in predictions]
+  directory = os.path.dirname(os.path.abspath(output_path))
+  os.makedirs(directory, exist_ok=True)
+  storage.write_atomically(output_path, ''.join(lines))
+  return len(lines)
