@@ -270,6 +270,10 @@ class HuggingFaceTokenizer:
   def encode_pairs(self, texts_Bx2: tf.Tensor, length: int) -> tuple[tf.Tensor, tf.Tensor]:
     return self._encode(texts_Bx2, length)
 
+  def token(self, token_id: int) -> str:
+    """The token of an id (e.g. '[CLS]')."""
+    return self._decoder.id_to_token(token_id)
+
   def decode(self, ids: Iterable[int]) -> bytes:
     s = self.specials
     dropped = {s.pad, s.cls, s.sep, s.mask}

@@ -273,14 +273,14 @@ class _Converter:
                        'computes that table and cannot reproduce a different one.')
 
 
-def _permute_layout(params: dict[Any, Any], cfg: ModelConfig) -> None:
-  """In place: HF's interleaved pairs -> ``cfg.rope.layout`` (no-op for interleaved)."""
+def _permute_layout(params: dict[Any, Any], cfg: ModelConfig, src: str = HF_LAYOUT) -> None:
+  """In place: layout ``src`` (HF's interleaved pairs) -> ``cfg.rope.layout`` (no-op if equal)."""
   dst = cfg.rope.layout
-  if dst == HF_LAYOUT:
+  if dst == src:
     return
 
   def permute(w: np.ndarray, axis: int) -> np.ndarray:
-    return rope.convert_qk_projection(w, head_dim=cfg.head_dim, src=HF_LAYOUT, dst=dst,
+    return rope.convert_qk_projection(w, head_dim=cfg.head_dim, src=src, dst=dst,
                                       rotary_dim=cfg.rope.rotary_dim, axis=axis)
 
   for layer in params['layers'].values():
@@ -447,3 +447,89 @@ def load_hf_roformer(path: str, base: ModelConfig, *, num_classes: int | None = 
                **{f'rope.{k}': getattr(cfg.rope, k) for k in rope_fields}}
   return HFRoFormer(cfg=cfg, params=converted.params, overrides=overrides,
                     has_head=converted.has_head, unused_keys=converted.unused_keys)
+
+
+# ------------------------------------------------------------------ export to transformers
+
+
+def check_exportable(cfg: ModelConfig) -> None:
+  """ValueError naming every field HF ``RoFormerForSequenceClassification`` cannot express."""
+  rope_cfg = cfg.rope
+  problems = [
+      f'{name}={value!r} (HF: {want!r})' for name, value, want in (
+          ('model.position', cfg.position, 'rotary'), ('model.attention', cfg.attention, 'softmax'),
+          ('model.norm', cfg.norm, 'post'), ('model.pooling', cfg.pooling, 'cls'),
+          ('model.dual_encoder', cfg.dual_encoder, False),
+          ('rope.base', rope_cfg.base, HF_ROPE_BASE), ('rope.scaling', rope_cfg.scaling, 'none'),
+          ('rope.xpos', rope_cfg.xpos, False),
+          ('rope.rotary_dim', rope_cfg.rotary_dim or cfg.head_dim, cfg.head_dim))
+      if value != want]
+  if problems:
+    raise ValueError('Hugging Face RoFormer cannot express this model: '
+                     + '; '.join(problems) + '. Only a post-LN softmax encoder with full '
+                     'rotary positions (base 10000, no scaling), CLS pooling and one input '
+                     'exports; other schemes stay in this codebase.')
+
+
+def _to_torch_linear(node: Mapping[str, Any], in_axes: int) -> tuple[np.ndarray, np.ndarray]:
+  """kernel [*in, *out] and bias [*out] -> torch Linear (weight [out, in], bias [out])."""
+  kernel = np.asarray(node['kernel'], np.float32)
+  in_size = int(np.prod(kernel.shape[:in_axes]))
+  return kernel.reshape(in_size, -1).T.copy(), np.asarray(node['bias'], np.float32).reshape(-1)
+
+
+def export_state_dict(params: Mapping[Any, Any], cfg: ModelConfig,
+                      num_positions: int) -> dict[str, np.ndarray]:
+  """This model's params -> RoFormerForSequenceClassification tensors (torch names, layouts);
+  the inverse of ``convert_state_dict``; ValueError if HF cannot express ``cfg``."""
+  check_exportable(cfg)
+  params = jax.tree.map(np.asarray, dict(params))
+  if cfg.rope.layout != HF_LAYOUT:  # back to HF's interleaved pairs
+    params = jax.tree.map(np.copy, params)
+    _permute_layout(params, cfg.replace(rope=dataclasses.replace(cfg.rope, layout=HF_LAYOUT)),
+                    src=cfg.rope.layout)
+  sd = {}
+
+  def linear(name: str, node, in_axes: int = 1):
+    sd[f'{name}.weight'], sd[f'{name}.bias'] = _to_torch_linear(node, in_axes)
+
+  def layer_norm(name: str, node):
+    sd[f'{name}.weight'], sd[f'{name}.bias'] = node['scale'], node['bias']
+
+  e, p = params['embeddings'], 'roformer.'
+  sd[f'{p}embeddings.word_embeddings.weight'] = e['word_embeddings']['embedding']
+  types = e.get('token_type_embeddings') or {'embedding': np.zeros((1, cfg.embedding_size))}
+  sd[f'{p}embeddings.token_type_embeddings.weight'] = types['embedding']
+  layer_norm(f'{p}embeddings.LayerNorm', e['layer_norm'])
+  if 'embeddings_project' in params and params['embeddings_project'] is not None:
+    linear(f'{p}embeddings_project', params['embeddings_project'])
+  sd[f'{p}encoder.embed_positions.weight'] = sinusoidal_table(num_positions, cfg.head_dim)
+  for i, layer in params['layers'].items():
+    hf = f'{p}encoder.layer.{i}'
+    for name in ('query', 'key', 'value'):
+      linear(f'{hf}.attention.self.{name}', layer['attention'][name])
+    linear(f'{hf}.attention.output.dense', layer['attention']['output'], in_axes=2)
+    layer_norm(f'{hf}.attention.output.LayerNorm', layer['attention_norm'])
+    linear(f'{hf}.intermediate.dense', layer['intermediate'])
+    linear(f'{hf}.output.dense', layer['output'])
+    layer_norm(f'{hf}.output.LayerNorm', layer['output_norm'])
+  linear('classifier.dense', params['head']['dense'])
+  linear('classifier.out_proj', params['head']['out_proj'])
+  return {k: np.ascontiguousarray(v, np.float32) for k, v in sd.items()}
+
+
+def export_config(cfg: ModelConfig, class_names: tuple[str, ...], num_positions: int,
+                  pad_id: int) -> dict[str, Any]:
+  """The config.json of ``export_state_dict``'s model."""
+  return {
+      'architectures': ['RoFormerForSequenceClassification'], 'model_type': 'roformer',
+      'vocab_size': cfg.vocab_size, 'embedding_size': cfg.embedding_size,
+      'hidden_size': cfg.hidden_size, 'num_hidden_layers': cfg.num_layers,
+      'num_attention_heads': cfg.num_heads, 'intermediate_size': cfg.mlp_dim,
+      'hidden_act': 'gelu', 'hidden_dropout_prob': cfg.dropout_rate,
+      'attention_probs_dropout_prob': cfg.attention_dropout_rate,
+      'max_position_embeddings': num_positions, 'type_vocab_size': max(cfg.type_vocab_size, 1),
+      'layer_norm_eps': cfg.layer_norm_eps, 'initializer_range': cfg.init_std,
+      'rotary_value': cfg.rope.rotary_value, 'pad_token_id': pad_id,
+      'id2label': dict(enumerate(class_names)),
+      'label2id': {name: i for i, name in enumerate(class_names)}}

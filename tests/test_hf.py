@@ -9,6 +9,7 @@ hide position bugs), and a layout mix-up is shown to fail the same comparison.
 from __future__ import annotations
 
 import functools
+import json
 import importlib.util
 import os
 
@@ -306,6 +307,30 @@ def _fine_tune_config(tmp_path, hf_dir, **changes):
   return config
 
 
+def _check_predict_then_export(workdir: str, tmp_path) -> None:
+  """predict.py's probabilities equal those of the export loaded in transformers, tokenized by
+  AutoTokenizer, on the same texts."""
+  from training import prediction  # pylint: disable=g-import-not-at-top
+  texts = ['w1 w2 w3', 'W5 w9 unknown words', 'w3']
+  (tmp_path / 'texts.txt').write_text(''.join(t + '\n' for t in texts))
+  ours = list(prediction.predict(workdir, str(tmp_path / 'texts.txt'), checkpoint='latest'))
+  out = str(tmp_path / 'exported')
+  spec = importlib.util.spec_from_file_location('export_hf', os.path.join(
+      os.path.dirname(os.path.dirname(__file__)), 'scripts', 'export_hf.py'))
+  script = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(script)
+  script.main(['--workdir', workdir, '--out', out, '--checkpoint', 'latest'])
+  tokenizer = transformers.AutoTokenizer.from_pretrained(out)
+  model = transformers.RoFormerForSequenceClassification.from_pretrained(out).eval()
+  inputs = tokenizer(texts, padding='max_length', max_length=16, truncation=True,
+                     return_tensors='pt')
+  with torch.no_grad():
+    theirs = torch.softmax(model(**inputs).logits, -1).numpy()
+  labels = [model.config.id2label[i] for i in range(theirs.shape[1])]
+  ours = np.array([[p['probabilities'][name] for name in labels] for p in ours])
+  assert_close(ours, theirs, name='probabilities')
+
+
 def test_fine_tune_from_a_hf_checkpoint_with_its_tokenizer(tmp_path):
   """train.init_from=<HF directory>: the encoder is the checkpoint's (the head is new: 2 classes
   here, 3 there), the tokenizer is the checkpoint's, and freeze_encoder keeps the encoder."""
@@ -338,9 +363,30 @@ def test_fine_tune_from_a_hf_checkpoint_with_its_tokenizer(tmp_path):
   frozen = read(str(tmp_path / 'b'), 3)
   check_encoder(frozen)
   assert not np.allclose(frozen['head']['out_proj']['kernel'], fresh['head']['out_proj']['kernel'])
+  _check_predict_then_export(str(tmp_path / 'b'), tmp_path)
   with pytest.raises(init_from.InitFromError, match='--config.model.hidden_size=32'):
     trainer.train_and_evaluate(_fine_tune_config(tmp_path, hf_dir, **{'model.hidden_size': 64}),
                                str(tmp_path / 'c'))
   with pytest.raises(init_from.InitFromError, match='vocabulary of 100 tokens'):
     trainer.train_and_evaluate(_fine_tune_config(tmp_path, hf_dir, **{'data.tokenizer': 'byte'}),
                                str(tmp_path / 'd'))
+
+
+def test_export_round_trip_matches_transformers(classifier_dir, tmp_path):
+  """HF checkpoint -> this model -> export -> transformers: the same logits as the original
+  (both layouts), and the refusal of a model HF cannot express names the field."""
+  original = torch_model()
+  for layout in ('interleaved', 'half'):
+    result = hf.load_hf_roformer(classifier_dir, BASE, layout=layout)
+    out = tmp_path / layout
+    out.mkdir()
+    from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
+    save_file(hf.export_state_dict(result.params, result.cfg, 64), str(out / 'model.safetensors'),
+              metadata={'format': 'pt'})
+    (out / 'config.json').write_text(json.dumps(hf.export_config(
+        result.cfg, ('a', 'b', 'c'), 64, 0)))
+    exported = transformers.RoFormerForSequenceClassification.from_pretrained(str(out)).eval()
+    assert_close(hf_outputs(exported)[1], hf_outputs(original)[1], name=f'logits ({layout})')
+    assert exported.config.id2label == {0: 'a', 1: 'b', 2: 'c'}
+  with pytest.raises(ValueError, match="model.position='alibi'"):
+    hf.check_exportable(BASE.replace(position='alibi'))

@@ -1,0 +1,80 @@
+"""Exports a trained workdir as a Hugging Face RoFormer checkpoint that ``transformers`` loads.
+
+  python scripts/export_hf.py --workdir=runs/finetune --out=runs/finetune_hf [--checkpoint=best]
+
+Writes OUT/config.json and OUT/model.safetensors for
+``transformers.RoFormerForSequenceClassification.from_pretrained(OUT)`` (PyTorch), with the
+run's class names as ``id2label``; with ``data.tokenizer=huggingface`` also OUT/tokenizer.json
+and tokenizer_config.json, so ``AutoTokenizer.from_pretrained(OUT)`` builds the same inputs.
+The parameters are one member's (the first of the learning rate the run chose), as predict.py
+uses. A model that HF RoFormer cannot express (another position scheme, linear attention,
+pre-LN, RoPE scaling, mean pooling, two towers) is refused, naming the fields; the half rotary
+layout is permuted back to HF's interleaved one. Byte and SentencePiece tokenizers have no
+``transformers`` counterpart: their ids must be built as data/tokenizers.py does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import safetensors.numpy  # pylint: disable=g-import-not-at-top
+
+from data import datasets  # pylint: disable=g-import-not-at-top
+from data import storage  # pylint: disable=g-import-not-at-top
+from data import tokenizers  # pylint: disable=g-import-not-at-top
+from experiments import cli  # pylint: disable=g-import-not-at-top
+from models import hf  # pylint: disable=g-import-not-at-top
+from training import prediction  # pylint: disable=g-import-not-at-top
+from training import validation  # pylint: disable=g-import-not-at-top
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--workdir', required=True, help='The train.py workdir to export.')
+  parser.add_argument('--out', required=True, help='Output directory.')
+  parser.add_argument('--checkpoint', default='best', help="'best', 'latest' or a step.")
+  return parser.parse_args(argv)
+
+
+def export(workdir: str, out: str, checkpoint: str = 'best') -> str:
+  """Writes the checkpoint directory; returns what it holds, in words."""
+  workdir = validation.check_workdir(workdir)
+  config = validation.load_config(workdir)
+  info = datasets.saved_info(workdir) or datasets.load(config.data, workdir).info
+  cfg = validation.model_config(config, vocab_size=info.vocab_size, num_classes=info.num_classes)
+  hf.check_exportable(cfg)  # before anything is read
+  tokenizer = datasets.load_tokenizer(config.data, workdir)
+  step, params = prediction.load_params(workdir, checkpoint, config.train.keep_checkpoints)
+  positions = max(cfg.max_length, config.data.max_length)
+  os.makedirs(out, exist_ok=True)
+  safetensors.numpy.save_file(hf.export_state_dict(params, cfg, positions),
+                              os.path.join(out, 'model.safetensors'), metadata={'format': 'pt'})
+  storage.write_json(os.path.join(out, 'config.json'), hf.export_config(
+      cfg, info.class_names, positions, tokenizer.specials.pad))
+  if not isinstance(tokenizer, tokenizers.HuggingFaceTokenizer):
+    return f'step {step}; no tokenizer ({config.data.tokenizer} has no transformers counterpart)'
+  storage.write_atomically(os.path.join(out, tokenizers.HF_TOKENIZER_FILE), tokenizer.serialized)
+  special = {f'{role}_token': tokenizer.token(i)
+             for role, i in dataclasses.asdict(tokenizer.specials).items() if i is not None}
+  storage.write_json(os.path.join(out, tokenizers.HF_TOKENIZER_CONFIG), {
+      'tokenizer_class': 'PreTrainedTokenizerFast', 'model_max_length': positions, **special})
+  return f'step {step}; tokenizer.json'
+
+
+def main(argv: list[str] | None = None) -> None:
+  args = parse_args(argv)
+  held = export(args.workdir, args.out, args.checkpoint)
+  print(f'Exported {args.workdir} ({held}) -> {os.path.abspath(args.out)}: '
+        'transformers.RoFormerForSequenceClassification.from_pretrained(OUT)')
+
+
+if __name__ == '__main__':
+  try:
+    main()
+  except cli.USER_ERRORS as e:
+    cli.fail(e)
