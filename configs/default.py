@@ -126,6 +126,9 @@ def _data() -> ml_collections.ConfigDict:
   # data.name=files: comma-separated names of the columns of CSV/TSV files without a header row
   # (e.g. LRA Retrieval's 'label,id1,id2,text1,text2'); '' = the first row names them.
   d.columns = ''
+  # data.name=files: the labels are real numbers (STS-B-like): a one-output head trained with
+  # squared error, scored by Pearson's (ranking checkpoints) and Spearman's correlation.
+  d.regression = False
   d.seed = 0  # Data-order seed, shared by all model seeds so seeds differ only in init and dropout.
   d.prefetch = 2  # Batches prefetched by tf.data.
   return d

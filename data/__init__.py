@@ -8,10 +8,12 @@ This namespace holds only the names a config may use, importable without TensorF
   (TFDS's default directory if unset) on first use: ``position_probes/<task>`` (order, distance,
   nearest; see ``data/position_probes.py``), ``listops``, ``listops/small``, ``fortunes``
   (needs ``apt-get install fortunes``) and ``manpages``, long documents (needs ``apt-get install
-  manpages manpages-dev``; ``data/manpages.py``);
+  manpages manpages-dev``; ``data/manpages.py``), and ``manpages/pairs``, a sentence-pair task
+  (does a page's one-line summary belong to this DESCRIPTION?);
 * TFDS text datasets, which must be prepared beforehand (no download here; see
   ``python -m data.prepare``): ``imdb_reviews``, ``glue/sst2``, ``ag_news_subset``,
-  ``yelp_polarity_reviews`` (splits in ``TFDS_TEXT_DATASETS``);
+  ``yelp_polarity_reviews``, and the GLUE pair tasks ``glue/mnli``, ``glue/qnli``, ``glue/qqp``,
+  ``glue/rte``, ``glue/mrpc`` and ``glue/stsb`` (regression) (splits in ``TFDS_TEXT_DATASETS``);
 * ``files``: local CSV/TSV/JSONL files (``data/files.py``).
 
 Every dataset has the splits ``train``, ``validation`` and ``test``; the position probes also
@@ -25,17 +27,28 @@ import dataclasses
 
 PROBE_TASKS = ('order', 'distance', 'nearest')
 EMBEDDED_DATASETS = tuple(f'position_probes/{task}' for task in PROBE_TASKS) + (
-    'listops', 'listops/small', 'fortunes', 'manpages')
+    'listops', 'listops/small', 'fortunes', 'manpages', 'manpages/pairs')
 
 
 @dataclasses.dataclass(frozen=True)
 class TextFields:
   """How a TFDS dataset's examples become (text, label): ``text_keys`` are the features joined
-  with a newline into the text (e.g. AG News title and description); ``splits`` maps our split
-  names to TFDS split specs (which may slice a TFDS split)."""
+  with a newline into the text (e.g. AG News title and description), or with ``pair`` the two
+  texts of a pair; ``splits`` maps our split names to TFDS split specs (which may slice a TFDS
+  split); ``regression``: the label is a real number (STS-B)."""
 
   text_keys: tuple[str, ...]
   splits: dict[str, str]
+  pair: bool = False
+  regression: bool = False
+
+
+def _glue_pair(first: str, second: str, test: str = 'validation', *,
+               regression: bool = False) -> TextFields:
+  """A GLUE pair task: GLUE's test labels are hidden, so its labelled validation split is our
+  test split (as papers report GLUE dev results) and 5% of train is held out for validation."""
+  return TextFields((first, second), {'train': 'train[:95%]', 'validation': 'train[95%:]',
+                                      'test': test}, pair=True, regression=regression)
 
 
 # The TFDS text datasets. Where a dataset has no labelled validation split, the last slice of its
@@ -51,6 +64,12 @@ TFDS_TEXT_DATASETS = {
         'train': 'train[:95%]', 'validation': 'train[95%:]', 'test': 'test'}),
     'yelp_polarity_reviews': TextFields(('text',), {
         'train': 'train[:99%]', 'validation': 'train[99%:]', 'test': 'test'}),
+    'glue/mnli': _glue_pair('premise', 'hypothesis', 'validation_matched'),
+    'glue/qnli': _glue_pair('question', 'sentence'),
+    'glue/qqp': _glue_pair('question1', 'question2'),
+    'glue/rte': _glue_pair('sentence1', 'sentence2'),
+    'glue/mrpc': _glue_pair('sentence1', 'sentence2'),
+    'glue/stsb': _glue_pair('sentence1', 'sentence2', regression=True),
 }
 DATASET_NAMES = EMBEDDED_DATASETS + tuple(TFDS_TEXT_DATASETS) + ('files',)
 TOKENIZERS = ('byte', 'sentencepiece', 'huggingface')

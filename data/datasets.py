@@ -82,6 +82,8 @@ def embedded_builder(name: str, data_dir: str | None) -> tfds.core.GeneratorBase
     return fortunes.Fortunes(config='topics', data_dir=data_dir)
   if name == 'manpages':
     return manpages.Manpages(config='kinds', data_dir=data_dir)
+  if name == 'manpages/pairs':
+    return manpages.ManpagePairs(config='pairs', data_dir=data_dir)
   raise ValueError(f'{name!r} is not an embedded dataset; valid: {data.EMBEDDED_DATASETS}')
 
 
@@ -127,7 +129,7 @@ def load(data_config: ml_collections.ConfigDict, workdir: str | None, *,
     source = files_lib.FilesSource(
         train_files=data_config.train_files, validation_files=data_config.validation_files,
         test_files=data_config.test_files, columns=files_lib.Columns.of(data_config),
-        workdir=workdir)
+        workdir=workdir, regression=data_config.regression)
   elif name in data.TFDS_TEXT_DATASETS:
     source = sources.tfds_text_source(name, data_config.data_dir)
   elif name in data.EMBEDDED_DATASETS:

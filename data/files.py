@@ -235,6 +235,20 @@ def read_inputs(path: str, columns: Columns) -> np.ndarray:
   return _texts(rows)
 
 
+REGRESSION = Classes(('value',), integer_labels=False)  # one real-valued output
+
+
+def _real_label(row: _Row) -> float:
+  try:
+    value = float(row.label)
+  except ValueError:
+    value = float('nan')
+  if not np.isfinite(value):
+    raise ValueError(f'{row.where}: label {row.label!r} is not a finite number, but '
+                     'data.regression=True reads real-valued labels.')
+  return value
+
+
 def _texts(rows: list[_Row]) -> np.ndarray:
   """Object [n] of bytes, or [n, 2] for pairs."""
   texts = np.empty((len(rows), 2) if rows and isinstance(rows[0].text, tuple) else len(rows),
@@ -310,7 +324,7 @@ class FilesSource:
   splits = ('train', 'validation', 'test')
 
   def __init__(self, *, train_files: str, validation_files: str, test_files: str,
-               columns: Columns, workdir: str | None):
+               columns: Columns, workdir: str | None, regression: bool = False):
     if not _split_paths(train_files):
       raise ValueError('data.name=files needs data.train_files (comma-separated paths), e.g. '
                        '--config.data.train_files=train.csv.')
@@ -321,7 +335,7 @@ class FilesSource:
     train = read(train_files)
     # classes.json is written only once every row of every split has a valid label, so bad
     # input leaves nothing behind in the workdir.
-    classes = load_classes(workdir) or infer_classes(train)
+    classes = REGRESSION if regression else load_classes(workdir) or infer_classes(train)
     if _split_paths(validation_files):
       validation = read(validation_files)
     else:
@@ -335,11 +349,13 @@ class FilesSource:
                          'out for validation).')
     self.class_names = classes.names
     self.pairs = bool(columns.text_b)
+    label = _real_label if regression else classes.label_id
     self._examples = {
-        split: (_texts(rows),
-                np.array([classes.label_id(row) for row in rows], np.int32))
+        split: (_texts(rows), np.array([label(row) for row in rows],
+                                       np.float32 if regression else np.int32))
         for split, rows in (('train', train), ('validation', validation), ('test', test))}
-    save_classes(workdir, classes)
+    if not regression:
+      save_classes(workdir, classes)
 
   def num_examples(self, split: str) -> int:
     return len(self._examples[split][1])

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import hashlib
 import os
 import re
 
@@ -201,3 +202,58 @@ class Manpages(tfds.core.GeneratorBasedBuilder):
 
   def _generate_examples(self, pairs: list[tuple[str, int]]):
     return sources.keyed_examples(pairs)
+
+
+PAIR_CLASSES = ('another page', 'same page')
+_SECTION = re.compile(r'^([A-Z][A-Z /-]*)\n\n(.*?)(?=\n\n[A-Z][A-Z /-]*\n\n|\Z)', re.M | re.S)
+
+
+def summary_and_description(text: str) -> tuple[str, str] | None:
+  """A page's one-line summary (its NAME line after the dash, without the names) and its
+  DESCRIPTION section; None if it lacks either."""
+  sections = {m.group(1): m.group(2).strip() for m in _SECTION.finditer(text)}
+  name, description = sections.get('NAME', ''), sections.get('DESCRIPTION', '')
+  summary = re.split(r'\s+-+\s+', name, maxsplit=1)[-1].strip() if ' - ' in name else ''
+  return (summary, description) if summary and description else None
+
+
+def load_pairs(config: ManpagesConfig) -> dict[str, list[tuple[str, str, int]]]:
+  """Split name -> (summary, description, label): each page's summary with its own description
+  (label 1) and with the description of the page half a split away in MD5 order (label 0), so
+  the classes are balanced and both texts of a pair come from the same split."""
+  examples = {}
+  for split, pages in load_examples(config).items():
+    parts = sorted((p for p in (summary_and_description(t) for t, _ in pages) if p),
+                   key=lambda p: hashlib.md5('\n'.join(p).encode('utf-8')).hexdigest())
+    shift = max(len(parts) // 2, 1)
+    examples[split] = [(a, b, 1) for a, b in parts] + [
+        (a, parts[(i + shift) % len(parts)][1], 0) for i, (a, _) in enumerate(parts)
+        if len(parts) > 1]
+  return examples
+
+
+class ManpagePairs(tfds.core.GeneratorBasedBuilder):
+  """Does this one-line summary belong to this man page's DESCRIPTION? A real-text sentence
+  pair task (``data.name=manpages/pairs``): two texts, two balanced classes."""
+
+  VERSION = tfds.core.Version('1.0.0')
+  RELEASE_NOTES = {'1.0.0': 'Summaries and descriptions of the manpages dataset (1.1.0).'}
+  BUILDER_CONFIGS = [ManpagesConfig(name='pairs', description='Summary/description matching')]
+
+  def _info(self) -> tfds.core.DatasetInfo:
+    return tfds.core.DatasetInfo(
+        builder=self, description=self.__doc__,
+        features=tfds.features.FeaturesDict({
+            'text_a': tfds.features.Text(), 'text_b': tfds.features.Text(),
+            'label': tfds.features.ClassLabel(names=PAIR_CLASSES)}),
+        homepage='https://www.kernel.org/doc/man-pages/')
+
+  def _split_generators(self, dl_manager: tfds.download.DownloadManager):
+    del dl_manager  # Local files; nothing to download.
+    return {split: self._generate_examples(rows)
+            for split, rows in load_pairs(self.builder_config).items()}
+
+  def _generate_examples(self, rows: list[tuple[str, str, int]]):
+    for a, b, label in rows:
+      key = hashlib.md5(f'{a}\0{b}\0{label}'.encode('utf-8')).hexdigest()
+      yield key, {'text_a': a, 'text_b': b, 'label': label}

@@ -9,7 +9,7 @@ A batch is a dict of NumPy arrays:
   (the longer text cut first to fit L) and ``token_types`` int32 [b, L] (1 from b's first token
   to its [SEP], else 0); 'dual' gives each text its own row: ``inputs``, ``positions`` and
   ``mask`` are [b, 2, L] (LRA Retrieval's two towers);
-* ``label``: int32 [b] class ids;
+* ``label``: int32 [b] class ids (float32 targets for regression);
 * ``weight``: float32 [b]: 1 for a real example, 0 for padding added to fill the last eval batch.
 
 Training order: the example used at row j of global batch s (global batch size G) is the
@@ -60,7 +60,7 @@ def train_batches(texts: np.ndarray, labels: np.ndarray, tokenizer: tokenizers.T
   num = len(labels)
   first_row, batch_size = rows
   all_texts = tf.constant(texts, tf.string)
-  all_labels = tf.constant(labels, tf.int32)
+  all_labels = tf.constant(labels)  # int32 class ids, or float32 regression targets
 
   def example_index(local_slot: tf.Tensor) -> tf.Tensor:
     """This process's slot -> global slot (examples since step 0) -> index of the example
@@ -89,7 +89,7 @@ def eval_batches(texts: np.ndarray, labels: np.ndarray, tokenizer: tokenizers.To
   if num_padding < 0:
     raise ValueError(f'{len(labels)} examples do not fit {num_batches} batches of {batch_size}')
   texts = np.concatenate([texts, np.full((num_padding,) + texts.shape[1:], b'', object)])
-  labels = np.concatenate([labels, np.zeros([num_padding], np.int32)])
+  labels = np.concatenate([labels, np.zeros([num_padding], labels.dtype)])
   weights = np.concatenate([np.ones([len(labels) - num_padding], np.float32),
                             np.zeros([num_padding], np.float32)])
   ds = tf.data.Dataset.from_tensor_slices((tf.constant(texts, tf.string), labels, weights))

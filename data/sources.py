@@ -64,13 +64,13 @@ def keyed_examples(pairs: list[tuple[str, int]]):
 class TfdsSource:
   """Splits of a prepared TFDS builder with a ``label`` ClassLabel feature."""
 
-  pairs = False
-
   def __init__(self, builder: tfds.core.DatasetBuilder, fields: data.TextFields):
     self._builder = builder
     self._fields = fields
     self.splits = tuple(fields.splits)
-    self.class_names = tuple(builder.info.features['label'].names)
+    self.pairs = fields.pair
+    self.class_names = (('value',) if fields.regression
+                        else tuple(builder.info.features['label'].names))
 
   def num_examples(self, split: str) -> int:
     return self._builder.info.splits[self._fields.splits[split]].num_examples
@@ -81,11 +81,15 @@ class TfdsSource:
     if shard_count > 1:
       spec = tfds.even_splits(spec, n=shard_count)[shard_index]
     ds = self._builder.as_dataset(split=spec, shuffle_files=False)
-    ds = ds.map(lambda ex: (tf.strings.join([ex[k] for k in self._fields.text_keys], '\n'),
-                            tf.cast(ex['label'], tf.int32)))
+    fields = self._fields
+    join = ((lambda ex: tf.stack([ex[k] for k in fields.text_keys], -1)) if fields.pair
+            else (lambda ex: tf.strings.join([ex[k] for k in fields.text_keys], '\n')))
+    dtype = tf.float32 if fields.regression else tf.int32
+    ds = ds.map(lambda ex: (join(ex), tf.cast(ex['label'], dtype)))
     batches = list(tfds.as_numpy(ds.batch(4096)))
-    return (np.concatenate([np.zeros([0], object)] + [t.astype(object) for t, _ in batches]),
-            np.concatenate([np.zeros([0], np.int32)] + [labels for _, labels in batches]))
+    empty = np.zeros([0, 2] if fields.pair else [0], object)
+    return (np.concatenate([empty] + [t.astype(object) for t, _ in batches]),
+            np.concatenate([np.zeros([0], dtype.as_numpy_dtype)] + [y for _, y in batches]))
 
 
 def tfds_text_source(name: str, data_dir: str | None) -> TfdsSource:
@@ -103,9 +107,12 @@ def tfds_text_source(name: str, data_dir: str | None) -> TfdsSource:
 
 
 def embedded_source(builder: tfds.core.GeneratorBasedBuilder) -> TfdsSource:
-  """A source for an embedded builder (``text`` and ``label`` features), generated on first use."""
+  """A source for an embedded builder (``text``, or the pair ``text_a``/``text_b``, and
+  ``label`` features), generated on first use."""
   prepare(builder)
-  return TfdsSource(builder, data.TextFields(('text',), {s: s for s in builder.info.splits}))
+  pair = 'text_b' in builder.info.features
+  return TfdsSource(builder, data.TextFields(('text_a', 'text_b') if pair else ('text',),
+                                             {s: s for s in builder.info.splits}, pair=pair))
 
 
 def prepare(builder: tfds.core.GeneratorBasedBuilder) -> None:

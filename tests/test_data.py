@@ -375,12 +375,13 @@ def test_unprepared_tfds_dataset_fails_fast(tmp_path, name):
   assert time.time() - start < 10
 
 
-def _write_split_metadata(name: str, data_dir: str, num_examples: int) -> None:
+def _write_split_metadata(name: str, data_dir: str, num_examples: int,
+                          splits=('train', 'validation', 'test')) -> None:
   """Writes dataset_info.json with split sizes, so that mock_data can use MockPolicy.USE_FILES."""
   builder = tfds.builder(name, data_dir=data_dir)
   builder.info.set_splits(tfds.core.SplitDict([
       tfds.core.SplitInfo(name=split, shard_lengths=[num_examples], num_bytes=0)
-      for split in ('train', 'validation', 'test')]))
+      for split in splits]))
   os.makedirs(builder.data_dir)
   builder.info.write_to_directory(builder.data_dir)
 
@@ -406,6 +407,25 @@ def test_tfds_text_datasets_with_mock_data(tmp_path, name, num_classes):
     test = _take(eval_batches(config, 'test', workdir=None, global_batch_size=8), 10)
     assert len(test) == 3 and sum(b['weight'].sum() for b in test) == 20
   assert datasets.eval_splits_for_length(info, 1024) == ['test']
+
+
+@pytest.mark.parametrize('name, num_classes', [('glue/mrpc', 2), ('glue/mnli', 3),
+                                               ('glue/stsb', 1)])
+def test_glue_pair_tasks_with_mock_data(tmp_path, name, num_classes):
+  """GLUE pair tasks read both texts ([CLS] a [SEP] b [SEP], token types); STS-B's labels are
+  real numbers; GLUE's labelled validation split is the test split."""
+  data_dir = str(tmp_path)
+  test = 'validation_matched' if name == 'glue/mnli' else 'validation'
+  _write_split_metadata(name, data_dir, 20, splits=('train', test))
+  config = _config(name=name, data_dir=data_dir, max_length=32, regression=name == 'glue/stsb')
+  with tfds.testing.mock_data(num_examples=20, policy=tfds.testing.MockPolicy.USE_FILES,
+                              data_dir=data_dir):
+    dataset = datasets.load(config, None)
+    assert dataset.info.pairs and dataset.info.num_classes == num_classes
+    batch = next(dataset.eval_batches('test', global_batch_size=4))
+    assert batch['token_types'].shape == (4, 32)
+    assert ((batch['inputs'] == tokenizers.SEP_ID).sum(1) == 2).all()
+    assert batch['label'].dtype == (np.float32 if name == 'glue/stsb' else np.int32)
 
 
 # ---------------------------------------------------------------- position probes
@@ -629,6 +649,20 @@ def test_man_pages_are_long_documents():
   sizes = sorted(len(text.encode()) for split in examples.values() for text, _ in split)
   assert len(sizes) > 600 and sizes[len(sizes) // 2] >= 4000
   assert {label for _, label in examples['test']} == {0, 1, 2}
+
+
+@pytest.mark.skipif(not os.path.isdir('/usr/share/man/man2'),
+                    reason='apt-get install manpages manpages-dev')
+def test_man_page_pairs_are_balanced_real_pairs():
+  pairs = manpages.load_pairs(manpages.ManpagesConfig(name='pairs'))
+  assert sum(map(len, pairs.values())) > 1000
+  for rows in pairs.values():
+    assert sum(label for _, _, label in rows) * 2 == len(rows)  # balanced
+  summary, description, label = pairs['test'][0]
+  assert label == 1 and ' - ' not in summary and len(description) > len(summary)
+  assert manpages.summary_and_description('NAME\n\nls - list files\n\nDESCRIPTION\n\n'
+                                          'Lists.\n\nSEE ALSO\n\ndir(1)') == (
+                                              'list files', 'Lists.')
 
 
 def test_lra_listops_release_files_read_with_its_config(tmp_path):

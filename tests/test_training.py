@@ -6,11 +6,12 @@ import subprocess
 import sys
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from data import datasets
-from training import checkpoints, evaluation, metrics, trainer, validation
+from training import checkpoints, evaluation, metrics, steps, trainer, validation
 from training.experiment import Experiment
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -119,13 +120,19 @@ def test_nonfinite_loss_stops_and_keeps_checkpoint(tmp_path, run_config):
   assert summary['skipped_updates'][0] > 0
 
 
-@pytest.mark.parametrize('name', ['listops/small', 'fortunes'])
+@pytest.mark.parametrize('name', ['listops/small', 'fortunes', 'manpages/pairs'])
 def test_embedded_datasets_train(tmp_path, run_config, name):
   if name == 'fortunes' and not os.path.isdir('/usr/share/games/fortunes'):
     pytest.skip('fortunes not installed (apt-get install fortunes)')
+  if name == 'manpages/pairs' and not os.path.isdir('/usr/share/man/man2'):
+    pytest.skip('man pages not installed (apt-get install manpages manpages-dev)')
   config = run_config(**{'data.name': name, 'data.max_length': 128,
-                                    'train.num_steps': 30, 'train.eval_every': 30})
-  trainer.train_and_evaluate(config, str(tmp_path / 'run'))
+                         'train.num_steps': 30, 'train.eval_every': 30,
+                         'model.type_vocab_size': 2 if name == 'manpages/pairs' else 0})
+  summary = trainer.train_and_evaluate(config, str(tmp_path / 'run'))
+  if name == 'manpages/pairs':  # a hard two-text task: 30 steps only show it runs end to end
+    assert summary['eval']['test']['count'] == 122 and 'f1' in summary['eval']['test']
+    return
   train = [r for r in metrics.read_metrics(str(tmp_path / 'run')) if 'train/loss' in r]
   assert train[-1]['train/loss'] < train[0]['train/loss']
 
@@ -149,6 +156,43 @@ def test_sentence_pairs_learn_through_token_types(tmp_path, run_config):
                          'optim.learning_rate': 3e-3, 'model.init_std': 0.1})
   summary = trainer.train_and_evaluate(config, str(tmp_path / 'run'))
   assert summary['eval']['test']['accuracy'][0] > 0.8
+
+
+def test_correlations_and_f1_on_known_inputs():
+  x = np.array([[1.0, 2.0, 3.0, 4.0, 99.0], [1.0, 8.0, 27.0, 64.0, 0.0]])
+  target = np.array([[2.0, 4.0, 6.0, 8.0, 0.0]] * 2)
+  weight = np.array([[1.0, 1.0, 1.0, 1.0, 0.0]] * 2)  # the last column is padding
+  r = metrics.correlations(x, target, weight)
+  np.testing.assert_allclose(r['spearman'], [1.0, 1.0])
+  assert r['pearson'][0] == pytest.approx(1.0) and 0.9 < r['pearson'][1] < 0.99
+  assert np.isnan(metrics.correlations(np.ones((1, 3)), np.arange(3.)[None], np.ones((1, 3)))[
+      'pearson'][0])  # constant predictions: undefined, not 0
+  logits = jnp.array([[0.0, 1.0], [0.0, 1.0], [1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+  batch = {'label': jnp.array([1, 0, 1, 0, 1]), 'weight': jnp.array([1.0, 1, 1, 1, 0])}
+  sums = steps.loss_and_metrics(logits, batch)[1]  # tp 1, fp 1, fn 1 (the padded row ignored)
+  assert [float(sums[f'{k}_sum']) for k in ('true_positive', 'false_positive',
+                                            'false_negative')] == [1.0, 1.0, 1.0]
+
+
+def test_regression_learns_and_predicts_values(tmp_path, run_config):
+  """data.regression: a one-output head on real labels (here a text's length / 10), scored by
+  Pearson and Spearman; predict.py writes the value."""
+  from training import prediction  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  lengths = rng.integers(1, 30, 300)
+  path = tmp_path / 'train.csv'
+  path.write_text('text,score\n' + ''.join(f'{"x" * n},{n / 10}\n' for n in lengths))
+  config = run_config(**{'data.name': 'files', 'data.train_files': str(path),
+                         'data.label_column': 'score', 'data.regression': True,
+                         'data.max_length': 32, 'model.pooling': 'mean',
+                         'train.num_steps': 150, 'train.eval_every': 150,
+                         'optim.learning_rate': 3e-3})
+  summary = trainer.train_and_evaluate(config, str(tmp_path / 'run'))
+  assert summary['eval']['test']['pearson'][0] > 0.9, summary['eval']
+  assert summary['eval']['test']['spearman'][0] > 0.9
+  (tmp_path / 'in.txt').write_text('x\n' + 'x' * 25 + '\n')
+  low, high = prediction.predict(str(tmp_path / 'run'), str(tmp_path / 'in.txt'))
+  assert low['value'] < high['value']
 
 
 def run_cli(*args, timeout=300):

@@ -187,15 +187,18 @@ def _splits(exp: Experiment, split: str, eval_lengths: Sequence[int]) -> list[tu
 
 
 def format_table(results: dict[str, Any]) -> str:
-  """A plain-text table: split, length, accuracy (mean +- std over seeds) or why not."""
+  """A plain-text table: split, length, accuracy or Pearson's r (mean +- std over seeds) or why
+  not."""
+  metric = next((m for r in results['eval'].values() for m in ('accuracy', 'pearson') if m in r),
+                'accuracy')
   rows = [f'{results["position"]}/{results["attention"]} (step {results["step"]}, '
           f'trained at length {results["train_length"]})',
-          f'{"split":<12} {"length":>7}  accuracy']
+          f'{"split":<12} {"length":>7}  {metric}']
   for split, r in results['eval'].items():
     if 'not_applicable' in r:
       value = f'n/a: {r["not_applicable"]}'
     else:
-      acc = np.asarray(r['accuracy'])
+      acc = np.asarray(r[metric])
       value = f'{acc.mean():.4f}' + (f' +- {acc.std(ddof=1):.4f} ({acc.size} seeds)'
                                       if acc.size > 1 else '')
     rows.append(f'{split:<12} {r["length"]:>7}  {value}')

@@ -18,6 +18,7 @@ import models
 from data import datasets
 from training import optim
 from training import partitioning
+from training import metrics
 from training import steps as steps_lib
 from training import validation
 
@@ -57,7 +58,7 @@ class Experiment:
     eval_graphdef = abstract_model(self.model_config.replace(deterministic=True))[0]
     train_step, eval_step = steps_lib.make_step_fns(
         train_graphdef, eval_graphdef, self.tx, schedule, config.optim.grad_accum_steps,
-        config.train.skip_nonfinite)
+        config.train.skip_nonfinite, regression=config.data.regression)
     rules = partitioning.logical_rules(config.mesh)
     self.abstract_state = jax.eval_shape(self._init, *self._member_inputs())
     self.state_sharding = partitioning.state_shardings(
@@ -84,8 +85,8 @@ class Experiment:
             for seed, rate in zip(self.seeds, self.learning_rates)]
 
   def chosen_members(self, params, validation: dict | None = None) -> tuple[list[int], Any]:
-    """The members trained at the peak learning rate with the best mean validation accuracy
-    over seeds (ties: the lower mean validation loss, then the smaller rate), and their
+    """The members trained at the peak learning rate with the best mean validation score
+    (accuracy; Pearson's r for regression) over seeds (ties: the lower mean validation loss, then the smaller rate), and their
     parameters: selection on validation only (``validation``: its results, evaluated here when
     needed). Every member when the run trains one rate."""
     if len(set(self.learning_rates)) == 1:
@@ -94,7 +95,7 @@ class Experiment:
       validation = self.evaluate(params, self.eval_batches('validation'))
     at = lambda rate: [i for i, r in enumerate(self.learning_rates) if r == rate]
     best = max(set(self.learning_rates), key=lambda r: (
-        np.mean(validation['accuracy'][at(r)]), -np.mean(validation['loss'][at(r)]), -r))
+        np.mean(validation['score'][at(r)]), -np.mean(validation['loss'][at(r)]), -r))
     chosen = at(best)
     return chosen, jax.tree.map(lambda x: x[np.asarray(chosen)], params)
 
@@ -179,16 +180,31 @@ class Experiment:
     return size
 
   def evaluate(self, params, batches: Iterable[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """Per-seed loss and accuracy over every example of ``batches`` (sums reduced on host)."""
-    totals = None
+    """Per-seed metrics over every example of ``batches`` (sums reduced on host): loss, count,
+    and accuracy (+ F1 of class 1 for two classes), or for regression Pearson's and Spearman's
+    correlation; ``score`` is the one that ranks checkpoints (accuracy, or Pearson's r)."""
+    totals, examples = None, []
     for local in batches:
       sums = jax.device_get(self.eval_step(params, self.global_batch(local)))
+      if 'prediction' in sums:
+        examples.append({k: sums.pop(k) for k in ('prediction', 'target', 'weight')})
       totals = sums if totals is None else jax.tree.map(np.add, totals, sums)
     if totals is None:
       raise ValueError('The evaluation split is empty.')
     count = np.maximum(totals['count'], 1.0)
-    return {'loss': totals['loss_sum'] / count, 'accuracy': totals['correct_sum'] / count,
-            'count': totals['count']}
+    results = {'loss': totals['loss_sum'] / count, 'count': totals['count']}
+    if examples:
+      results.update(metrics.correlations(
+          *(np.concatenate([e[k] for e in examples], axis=1)
+            for k in ('prediction', 'target', 'weight'))))
+      results['score'] = results['pearson']
+      return results
+    results['accuracy'] = results['score'] = totals['correct_sum'] / count
+    if 'true_positive_sum' in totals:
+      tp, fp, fn = (totals[f'{k}_sum'] for k in ('true_positive', 'false_positive',
+                                                 'false_negative'))
+      results['f1'] = 2 * tp / np.maximum(2 * tp + fp + fn, 1.0)
+    return results
 
   def evaluate_lengths(self, params, splits: Iterable[tuple[str, int]]
                        ) -> dict[str, dict[str, Any]]:
@@ -199,8 +215,8 @@ class Experiment:
       key = split if self.info.eval_splits.get(split) == length else f'{split}@{length}'
       try:
         m = self.evaluate(params, self.eval_batches(split, length))
-        results[key] = {'split': split, 'length': length, 'accuracy': m['accuracy'].tolist(),
-                        'loss': m['loss'].tolist(), 'count': float(m['count'][0])}
+        results[key] = {'split': split, 'length': length, 'count': float(m['count'][0]),
+                        **{k: v.tolist() for k, v in m.items() if k != 'count'}}
       except models.LengthError as e:
         results[key] = {'split': split, 'length': length, 'not_applicable': str(e)}
     return results

@@ -14,6 +14,7 @@ from typing import Any, Mapping, Sequence
 
 import jax
 import numpy as np
+import scipy.stats
 from clu import metric_writers
 from clu import periodic_actions
 
@@ -29,6 +30,22 @@ def console(message: str, *, warning: bool = False) -> None:
   if jax.process_index() == 0:
     print(f'{time.strftime("%H:%M:%S")} {message}', file=sys.stderr if warning else sys.stdout,
           flush=True)
+
+
+def correlations(prediction_NxB: np.ndarray, target_NxB: np.ndarray,
+                 weight_NxB: np.ndarray) -> dict[str, np.ndarray]:
+  """Per-member Pearson's and Spearman's correlation of predictions with targets over the
+  examples of weight > 0 (NaN where either is constant: no correlation is defined)."""
+  pearson, spearman = [], []
+  for prediction, target, weight in zip(prediction_NxB, target_NxB, weight_NxB):
+    x, y = prediction[weight > 0], target[weight > 0]
+    if len(x) < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
+      pearson.append(np.nan)
+      spearman.append(np.nan)
+      continue
+    pearson.append(scipy.stats.pearsonr(x, y).statistic)
+    spearman.append(scipy.stats.spearmanr(x, y).statistic)
+  return {'pearson': np.asarray(pearson), 'spearman': np.asarray(spearman)}
 
 
 def read_metrics(workdir: str) -> list[dict[str, Any]]:

@@ -4,7 +4,8 @@ The input is read as the run's data was (``data.text_column``, ``data.text_b_col
 file: one example a line, a pair's texts separated by a tab), tokenized with the workdir's
 tokenizer at the training length, and run through one member of the checkpoint (the first of
 the learning rate the run chose; ``summary.json``) in batches. Each example gets one JSON line,
-in input order: the predicted class name and every class's probability.
+in input order: the predicted class name and every class's probability (regression: the
+predicted value).
 """
 
 from __future__ import annotations
@@ -55,20 +56,29 @@ def load_params(workdir: str, checkpoint: str, keep: int) -> tuple[int, Any]:
   return steps[0], jax.tree.map(lambda x: x[member], params)
 
 
-def _probabilities(cfg: models.ModelConfig):
+def _outputs(cfg: models.ModelConfig, regression: bool):
+  """A jitted function: (params, batch) -> class probabilities, or the regression value."""
   graphdef = jax.eval_shape(functools.partial(models.init, cfg), jax.random.PRNGKey(0))[0]
 
   @jax.jit
   def run(params, batch):
     logits = nnx.merge(graphdef, params)(batch['inputs'], batch['positions'], batch['mask'],
                                          batch.get('token_types'))
-    return jax.nn.softmax(logits, axis=-1)
+    return logits[:, 0] if regression else jax.nn.softmax(logits, axis=-1)
   return run
+
+
+def _record(output: np.ndarray, class_names: tuple[str, ...], regression: bool) -> dict:
+  if regression:
+    return {'value': float(output)}
+  return {'label': class_names[int(output.argmax())],
+          'probabilities': {name: float(q) for name, q in zip(class_names, output)}}
 
 
 def predict(workdir: str, input_path: str, *, checkpoint: str = 'best',
             batch_size: int = 64) -> Iterator[dict[str, Any]]:
-  """One dict per example of ``input_path``, in order: label and probabilities."""
+  """One dict per example of ``input_path``, in order: label and probabilities (regression:
+  value)."""
   workdir = validation.check_workdir(workdir)
   config = validation.load_config(workdir)
   texts = files.read_inputs(input_path, files.Columns.of(config.data))
@@ -77,7 +87,8 @@ def predict(workdir: str, input_path: str, *, checkpoint: str = 'best',
   cfg = validation.model_config(config, vocab_size=info.vocab_size,
                                 num_classes=info.num_classes).replace(deterministic=True)
   _, params = load_params(workdir, checkpoint, config.train.keep_checkpoints)
-  run = _probabilities(cfg)
+  regression = config.data.regression
+  run = _outputs(cfg, regression)
   num_batches = math.ceil(len(texts) / batch_size)
   batches = pipeline.eval_batches(
       texts, np.zeros(len(texts), np.int32), tokenizer, length=config.data.max_length,
@@ -86,12 +97,11 @@ def predict(workdir: str, input_path: str, *, checkpoint: str = 'best',
   done = 0
   for batch in tqdm.tqdm(batches, total=num_batches, unit='batch', file=sys.stderr,
                          disable=num_batches < 10):
-    probabilities = np.asarray(run(params, {k: v for k, v in batch.items()
-                                             if k not in ('label', 'weight')}))
-    for p in probabilities[:len(texts) - done]:
-      yield {'label': info.class_names[int(p.argmax())],
-             'probabilities': {name: float(q) for name, q in zip(info.class_names, p)}}
-    done += len(probabilities)
+    outputs = np.asarray(run(params, {k: v for k, v in batch.items()
+                                       if k not in ('label', 'weight')}))
+    for output in outputs[:len(texts) - done]:
+      yield _record(output, info.class_names, regression)
+    done += len(outputs)
 
 
 def write_predictions(predictions: Iterator[dict[str, Any]], output_path: str) -> int:

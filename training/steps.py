@@ -42,22 +42,38 @@ class TrainState(flax.struct.PyTreeNode):
   skipped: jax.Array
 
 
-def loss_and_metrics(logits_BxC: jax.Array, batch: Batch) -> tuple[jax.Array, dict]:
-  """Weighted mean cross-entropy, and metric sums (reduced on the host)."""
+def loss_and_metrics(logits_BxC: jax.Array, batch: Batch,
+                     regression: bool = False) -> tuple[jax.Array, dict]:
+  """Weighted mean loss (cross-entropy, or squared error of the one output with
+  ``regression``) and metric sums, reduced on the host; binary tasks add the sums of F1
+  (class 1 positive)."""
   weight_B = batch['weight'].astype(jnp.float32)
-  losses_B = optax.softmax_cross_entropy_with_integer_labels(
-      logits_BxC.astype(jnp.float32), batch['label'])
-  correct_B = (jnp.argmax(logits_BxC, -1) == batch['label']).astype(jnp.float32)
+  logits_BxC = logits_BxC.astype(jnp.float32)
+  sums = {}
+  if regression:
+    losses_B = jnp.square(logits_BxC[:, 0] - batch['label'].astype(jnp.float32))
+    correct_B = jnp.zeros_like(losses_B)
+  else:
+    losses_B = optax.softmax_cross_entropy_with_integer_labels(logits_BxC, batch['label'])
+    predicted_B = jnp.argmax(logits_BxC, -1)
+    correct_B = (predicted_B == batch['label']).astype(jnp.float32)
+    if logits_BxC.shape[-1] == 2:
+      positive, truly = predicted_B == 1, batch['label'] == 1
+      sums = {name: (cases.astype(jnp.float32) * weight_B).sum() for name, cases in (
+          ('true_positive_sum', positive & truly), ('false_positive_sum', positive & ~truly),
+          ('false_negative_sum', ~positive & truly))}
   denom = jnp.maximum(weight_B.sum(), 1.0)
-  sums = {'loss_sum': (losses_B * weight_B).sum(), 'correct_sum': (correct_B * weight_B).sum(),
-          'count': weight_B.sum()}
+  sums.update(loss_sum=(losses_B * weight_B).sum(), correct_sum=(correct_B * weight_B).sum(),
+              count=weight_B.sum())
   return (losses_B * weight_B).sum() / denom, sums
 
 
 def make_step_fns(train_graphdef: nnx.GraphDef, eval_graphdef: nnx.GraphDef,
                   tx: optax.GradientTransformation, schedule_shape: optax.Schedule,
-                  grad_accum_steps: int, skip_nonfinite: bool):
-  """The per-seed train and eval steps (pure; vmapped and jitted by the caller)."""
+                  grad_accum_steps: int, skip_nonfinite: bool, regression: bool = False):
+  """The per-seed train and eval steps (pure; vmapped and jitted by the caller). With
+  ``regression`` the eval step also returns each example's prediction, target and weight (for
+  the correlations, computed on the host)."""
 
   def train_step(state: TrainState, batch: Batch) -> tuple[TrainState, dict]:
     dropout_key = jax.random.fold_in(state.key, state.step)
@@ -68,7 +84,7 @@ def make_step_fns(train_graphdef: nnx.GraphDef, eval_graphdef: nnx.GraphDef,
       logits = model(inputs, positions, mask, batch.get('token_types'),
                      rngs=nnx.Rngs(dropout=dropout_key))
       with jax.named_scope('loss'):
-        return loss_and_metrics(logits, batch)
+        return loss_and_metrics(logits, batch, regression)
 
     (loss, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
     with jax.named_scope('optimizer'):
@@ -91,7 +107,11 @@ def make_step_fns(train_graphdef: nnx.GraphDef, eval_graphdef: nnx.GraphDef,
   def eval_step(params: Params, batch: Batch) -> dict:
     inputs, positions, mask = batch['inputs'], batch['positions'], batch['mask']
     logits = nnx.merge(eval_graphdef, params)(inputs, positions, mask, batch.get('token_types'))
-    return loss_and_metrics(logits, batch)[1]
+    sums = loss_and_metrics(logits, batch, regression)[1]
+    if regression:
+      sums.update(prediction=logits[:, 0].astype(jnp.float32),
+                  target=batch['label'].astype(jnp.float32), weight=batch['weight'])
+    return sums
 
   return train_step, eval_step
 

@@ -167,11 +167,12 @@ def _train(run: _Run, state: Any, watcher: preemption.Watcher) -> tuple[Any, dic
       began = time.perf_counter()
       last_eval = exp.evaluate(state.params, exp.eval_batches('validation'))
       run.seconds['validation_eval'] += time.perf_counter() - began
-      run.writer.write(step, {'validation/loss': last_eval['loss'],
-                              'validation/accuracy': last_eval['accuracy']})
+      run.writer.write(step, {f'validation/{k}': v for k, v in last_eval.items()
+                              if k not in ('count', 'score')})
     if saved:  # a candidate for the best only if evaluated at this step, with a finite loss
-      finite = evaluated and np.all(np.isfinite(last_eval['loss']))
-      run.ckpt.save(step, state, float(np.mean(last_eval['accuracy'])) if finite else None)
+      score = float(np.mean(last_eval['score'])) if evaluated else np.nan
+      finite = np.isfinite(score) and np.all(np.isfinite(last_eval['loss']))
+      run.ckpt.save(step, state, score if finite else None)
   if pending is not None:
     log.add(*jax.device_get(pending))
   run.ckpt.wait()
@@ -208,7 +209,7 @@ def _summarize(run: _Run, state: Any, last_eval: dict | None) -> dict[str, Any]:
       'learning_rate': exp.learning_rates[chosen[0]],
       'num_steps': run.config.train.num_steps,
       'num_params': exp.num_params,
-      'validation_accuracy': last_eval['accuracy'].tolist(),
+      **{f'validation_{k}': v.tolist() for k, v in last_eval.items() if k not in ('count', 'score')},
       'validation_loss': last_eval['loss'].tolist(),
       'eval': results,
       'step_time_s': run.writer.step_time(),

@@ -134,23 +134,38 @@ def check_model(config: ml_collections.ConfigDict) -> models.ModelConfig:
     raise ValueError(f'model.max_length={cfg.max_length} is shorter than '
                      f'data.max_length={config.data.max_length}: model.position=learned has no '
                      'embedding for the later positions. Raise model.max_length.')
+  _check_labels(config.data)
   _check_pairs(config.data, cfg)
   return cfg
 
 
+def _check_labels(d: ml_collections.ConfigDict) -> None:
+  """data.regression where the labels are real numbers, and only there."""
+  fields = data.TFDS_TEXT_DATASETS.get(d.name)
+  if fields and fields.regression != d.regression:
+    raise ValueError(f'data.name={d.name!r} has {"real-valued" if fields.regression else "class"} '
+                     f'labels: set data.regression={fields.regression}.')
+  if d.regression and d.name != 'files' and not fields:
+    raise ValueError(f'data.regression=True reads real-valued labels from your own files (or '
+                     f'glue/stsb), but data.name={d.name!r}; use data.name=files.')
+
+
 def _check_pairs(d: ml_collections.ConfigDict, cfg: models.ModelConfig) -> None:
-  """Sentence pairs (data.text_b_column) and the model's way of reading them agree."""
+  """Sentence pairs (data.text_b_column, a GLUE pair task) and the model's way of reading them
+  agree."""
+  fields = data.TFDS_TEXT_DATASETS.get(d.name)
+  pairs = bool(d.text_b_column) or bool(fields and fields.pair)
   if d.text_b_column and d.name != 'files':
     raise ValueError(f'data.text_b_column={d.text_b_column!r} names a column of your own files, '
                      f'but data.name={d.name!r}; use data.name=files or drop text_b_column.')
-  if cfg.dual_encoder and not d.text_b_column:
+  if cfg.dual_encoder and not pairs:
     raise ValueError('model.dual_encoder=True encodes the two texts of a pair, but the data has '
                      'one text per example: set data.text_b_column, or model.dual_encoder=False.')
-  if d.text_b_column and not cfg.dual_encoder and cfg.type_vocab_size < 2:
-    raise ValueError(f'Sentence pairs (data.text_b_column={d.text_b_column!r}) are joined as '
-                     '[CLS] a [SEP] b [SEP] with token types 0 and 1, so they need '
-                     f'model.type_vocab_size >= 2 (got {cfg.type_vocab_size}); or set '
-                     'model.dual_encoder=True to encode the texts one at a time.')
+  if pairs and not cfg.dual_encoder and cfg.type_vocab_size < 2:
+    raise ValueError(f'Sentence pairs ({d.name}) are joined as [CLS] a [SEP] b [SEP] with token '
+                     'types 0 and 1, so they need model.type_vocab_size >= 2 (got '
+                     f'{cfg.type_vocab_size}); or set model.dual_encoder=True to encode the '
+                     'texts one at a time.')
 
 
 def check_devices(config: ml_collections.ConfigDict,
