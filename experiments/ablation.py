@@ -22,6 +22,7 @@ from data import storage
 from experiments import report as report_lib
 from training import trainer
 from training import validation
+from training.experiment import Experiment
 from training.metrics import console
 
 # Fields that change nothing in a finished run's reported numbers (where and how it ran; the
@@ -213,6 +214,12 @@ def build_report(config: ml_collections.ConfigDict, workdir: str, cells: list[Ce
           if (r := report_lib.load_run(os.path.join(workdir, c.name), c.name)) is not None]
   missing = len(cells) - len(runs)
   extra = f'**{missing} of {len(cells)} runs have not finished yet.**' if missing else ''
+  if config.ablation.get('report_memory', False):
+    by_name = {c.name: c for c in cells}
+    for run in runs:
+      if run.summary:
+        run.step_memory = Experiment(cell_config(config, by_name[run.name]),
+                                     run.path).step_memory()
   if jax.process_index() != 0:
     return ''
   return report_lib.write_report(workdir, runs, command=command,

@@ -32,7 +32,8 @@ from training.trainer import SUMMARY_FILE
 
 NOT_APPLICABLE_FILE = 'not_applicable.json'
 CSV_FIELDS = ('run', 'dataset', 'position', 'attention', 'seed', 'learning_rate', 'chosen',
-              'split', 'length', 'accuracy', 'num_params', 'step_time_s', 'note')
+              'split', 'length', 'accuracy', 'num_params', 'step_time_s', 'step_memory_bytes',
+              'note')
 THRESHOLDS = (0.9, 0.99)  # of the best validation accuracy any scheme of the dataset reached
 TEST_TEXT = (
     'Comparisons are paired by seed: seed i of every scheme shares the data order and the '
@@ -55,6 +56,7 @@ class Run:
   attention: str
   summary: dict[str, Any] | None = None
   not_applicable: str | None = None
+  step_memory: int | None = None  # bytes of one compiled train step (ablation.report_memory)
 
   @property
   def train_length(self) -> int | None:
@@ -190,6 +192,8 @@ def budget_table(runs: Sequence[Run]) -> str:
                                                    for t in THRESHOLDS]
             + ['skipped updates', 'params', 'members', 'step time / none',
                'eval s: validation, test'])
+  memory = any(r.step_memory for r in done)
+  header += ['step memory (MiB)'] if memory else []
   lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
   for run, curve in zip(done, curves):
     s, t = run.summary, run.summary.get('step_time_s')
@@ -198,7 +202,8 @@ def budget_table(runs: Sequence[Run]) -> str:
         f'{s["learning_rate"]:g}', *[steps_to(curve, th * best) for th in THRESHOLDS],
         str(sum(s['skipped_updates'])), f'{s["num_params"]:,}',
         f'{len(s["seeds"])} ({s.get("members", "vmap")})',
-        f'{t / none:.2f}' if t and none else 'n/a', _seconds(s)]) + ' |')
+        f'{t / none:.2f}' if t and none else 'n/a', _seconds(s),
+        *([f'{run.step_memory / 2**20:.1f}'] if memory else [])]) + ' |')
   return '\n'.join(lines)
 
 
@@ -219,7 +224,8 @@ def results_rows(runs: Sequence[Run]) -> list[dict[str, Any]]:
     s = run.summary
     for i, (seed, rate) in enumerate(zip(s['seeds'], s['learning_rates'])):
       member = dict(base, seed=seed, learning_rate=rate, chosen=i in run.chosen,
-                    num_params=s['num_params'], step_time_s=s['step_time_s'])
+                    num_params=s['num_params'], step_time_s=s['step_time_s'],
+                    step_memory_bytes=run.step_memory)
       rows.append(dict(member, split='validation', accuracy=s['validation_accuracy'][i]))
       if i in run.chosen:
         k = run.chosen.index(i)
@@ -274,7 +280,9 @@ def write_report(out_dir: str, runs: Sequence[Run], *, command: str, config_json
   parts = ['# Position-scheme ablation', '', f'Command: `{command}`', '',
            f'Machine: {environment()}', '', *([extra, ''] if extra else []), TEST_TEXT, '',
            'Step time: each run\'s median train-step time relative to `none`, measured run after '
-           'run (benchmarks/ measures side by side).', '']
+           'run (benchmarks/ measures side by side). Step memory (where shown): what XLA '
+           'allocates for one compiled train step of all the run\'s members (parameters, '
+           'optimizer state, batch, temporaries), from its memory analysis.', '']
   # One section per dataset and training length: runs are compared only within one.
   for dataset, length in sorted({(r.dataset, r.train_length or 0) for r in runs}):
     group = [r for r in runs if r.dataset == dataset and (r.train_length or 0) == length]

@@ -267,3 +267,18 @@ def test_init_from_refuses_what_does_not_fit(tmp_path, source_run, field, value,
   with pytest.raises(ValueError, match=phrase.replace('(', r'\(').replace(')', r'\)')):
     trainer.train_and_evaluate(config, str(tmp_path / 'run'))
   assert not os.path.exists(tmp_path / 'run' / 'checkpoints')
+
+
+def test_step_memory_is_the_compiled_steps(run_config, tmp_path):
+  """Experiment.step_memory (the ablation report's 'step memory'): XLA's bytes for one train
+  step, larger for a longer batch."""
+  small = Experiment(run_config(), str(tmp_path / 'a')).step_memory()
+  long = Experiment(run_config(**{'data.name': 'files', 'data.train_files': _csv(tmp_path),
+                                  'data.max_length': 256}), str(tmp_path / 'b')).step_memory()
+  assert 0 < small < long
+
+
+def _csv(tmp_path) -> str:
+  path = tmp_path / 'train.csv'
+  path.write_text('text,label\n' + ''.join(f'{"word " * 60}{i},{i % 2}\n' for i in range(20)))
+  return str(path)

@@ -132,6 +132,18 @@ class Experiment:
     index, count = partitioning.process_rows(self.mesh, global_batch_size)
     return {'process_index': index, 'process_count': count}
 
+  def step_memory(self) -> int:
+    """Bytes XLA allocates for one train step of this run (parameters, optimizer state, batch,
+    temporaries and outputs, less what is donated), from the compiled step: XLA's static
+    analysis, the same on every machine of a platform."""
+    local = next(self.train_batches(0))
+    rows = self.config.train.batch_size
+    batch = {k: jax.ShapeDtypeStruct((rows,) + v.shape[1:], v.dtype, sharding=self.batch_sharding)
+             for k, v in local.items()}
+    m = self.train_step.lower(self.abstract_with_shardings(), batch).compile().memory_analysis()
+    return int(m.temp_size_in_bytes + m.argument_size_in_bytes + m.output_size_in_bytes
+               - m.alias_size_in_bytes)
+
   def global_batch(self, local: dict[str, np.ndarray]) -> dict[str, jax.Array]:
     """Assembles the global batch from this process's rows (multi-host)."""
     return {k: jax.make_array_from_process_local_data(self.batch_sharding, v)
