@@ -282,3 +282,14 @@ def _csv(tmp_path) -> str:
   path = tmp_path / 'train.csv'
   path.write_text('text,label\n' + ''.join(f'{"word " * 60}{i},{i % 2}\n' for i in range(20)))
   return str(path)
+
+
+def test_embedded_dataset_versions_are_part_of_the_data_fingerprint(run_config):
+  """A run made on another version of an embedded dataset is stale; a fingerprint saved
+  before versions were recorded is not."""
+  config = run_config(**{'data.name': 'listops/small'})
+  now = validation.data_fingerprint(config.data)
+  assert validation.data_changes(now, config.data) == []
+  assert validation.data_changes({}, config.data) == []
+  older = {key: {'version': '0.0.1'} for key in now}
+  assert 'version' in validation.data_changes(older, config.data)[0]

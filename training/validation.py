@@ -15,6 +15,7 @@ import ml_collections
 
 import data
 import models
+from data import datasets
 import rope
 from configs import default
 from data import storage
@@ -218,9 +219,16 @@ def check_resume_compatible(config: ml_collections.ConfigDict, workdir: str) -> 
                        'the file(s), or use a new --workdir.')
 
 
+_EMBEDDED = 'embedded dataset '  # the fingerprint key of an embedded dataset's version
+
+
 def data_fingerprint(data_config: ml_collections.ConfigDict) -> dict[str, Any]:
-  """Size and SHA-256 of each of the user's data files (data.name=files); {} otherwise (TFDS
-  datasets are versioned, the embedded ones generated from fixed seeds)."""
+  """Size and SHA-256 of each of the user's data files (data.name=files); an embedded dataset's
+  version (its generator changes with the version); {} for TFDS datasets (versioned, and
+  prepared elsewhere)."""
+  if data_config.name in data.EMBEDDED_DATASETS:
+    builder = datasets.embedded_builder(data_config.name, data_config.data_dir)
+    return {f'{_EMBEDDED}{data_config.name}': {'version': str(builder.version)}}
   if data_config.name != 'files':
     return {}
   paths = {p.strip() for key in ('train_files', 'validation_files', 'test_files')
@@ -230,12 +238,21 @@ def data_fingerprint(data_config: ml_collections.ConfigDict) -> dict[str, Any]:
 
 
 def data_changes(saved: dict[str, Any], data_config: ml_collections.ConfigDict) -> list[str]:
-  """What differs between a saved fingerprint and the files now, one phrase per file."""
+  """What differs between a saved fingerprint and the data now, one phrase per file or embedded
+  dataset (a fingerprint saved before versions were recorded has none: not a change)."""
   now = data_fingerprint(data_config)
-  return [f'{path} ' + ('is gone' if path not in now else 'is new' if path not in saved else
-                        f'has other content ({saved[path]["size"]} bytes before, '
-                        f'{now[path]["size"]} now)')
-          for path in sorted(set(saved) | set(now)) if saved.get(path) != now.get(path)]
+  changes = []
+  for key in sorted(set(saved) | set(now)):
+    if saved.get(key) == now.get(key) or (key.startswith(_EMBEDDED) and key not in saved):
+      continue
+    if key.startswith(_EMBEDDED):
+      changes.append(f'the {key} is version {now.get(key, {}).get("version")} now, '
+                     f'{saved[key]["version"]} when this run was made')
+    else:
+      changes.append(f'{key} ' + ('is gone' if key not in now else 'is new' if key not in saved
+                                  else f'has other content ({saved[key]["size"]} bytes before, '
+                                  f'{now[key]["size"]} now)'))
+  return changes
 
 
 def save_config(config: ml_collections.ConfigDict, workdir: str, *, resumed: bool) -> None:
