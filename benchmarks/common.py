@@ -76,6 +76,11 @@ def paired_ratio(samples: dict[str, list[float]], name: str, base: str) -> float
   return float(np.median(np.asarray(samples[name]) / np.asarray(samples[base])))
 
 
+def machine_memory_bytes() -> int:
+  """This machine's physical memory."""
+  return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
+
+
 def machine() -> str:
   dev = jax.devices()[0]
   return (f'{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, '

@@ -62,7 +62,9 @@ def export(workdir: str, out: str, checkpoint: str = 'best') -> str:
   special = {f'{role}_token': tokenizer.token(i)
              for role, i in dataclasses.asdict(tokenizer.specials).items() if i is not None}
   storage.write_json(os.path.join(out, tokenizers.HF_TOKENIZER_CONFIG), {
-      'tokenizer_class': 'PreTrainedTokenizerFast', 'model_max_length': positions, **special})
+      # truncation=True then cuts where training (and predict.py) did
+      'tokenizer_class': 'PreTrainedTokenizerFast', 'model_max_length': config.data.max_length,
+      **special})
   return f'step {step}; tokenizer.json'
 
 
