@@ -33,7 +33,8 @@ def prepare_embedded(name: str, data_dir: str | None) -> None:
     print(f'  {split}: {split_info.num_examples} examples')
   example = next(iter(tfds.as_numpy(builder.as_dataset(split='validation').take(1))))
   label = builder.info.features['label'].int2str(example['label'])
-  print(f'  example: {example["text"][:200]!r} -> {label}')
+  texts = [example[k][:200] for k in ('text', 'text_a', 'text_b') if k in example]
+  print(f'  example: {" | ".join(map(repr, texts))} -> {label}')
 
 
 def explain_tfds(name: str, data_dir: str | None) -> None:
