@@ -44,9 +44,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def export(workdir: str, out: str, checkpoint: str = 'best') -> str:
   """Writes the checkpoint directory; returns what it holds, in words."""
   workdir = validation.check_workdir(workdir)
-  config = validation.load_config(workdir)
-  info = datasets.saved_info(workdir) or datasets.load(config.data, workdir).info
-  cfg = validation.model_config(config, vocab_size=info.vocab_size, num_classes=info.num_classes)
+  config, info, cfg = prediction.describe(workdir)
   hf.check_exportable(cfg)  # before anything is read
   tokenizer = datasets.load_tokenizer(config.data, workdir)
   step, params = prediction.load_params(workdir, checkpoint, config.train.keep_checkpoints)

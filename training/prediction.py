@@ -29,14 +29,14 @@ from data import pipeline
 from data import storage
 from training import checkpoints
 from training import evaluation
+from training import trainer
 from training import validation
 
-SUMMARY_FILE = 'summary.json'
 
 
 def _member(workdir: str) -> int:
   """The first member of the learning rate the run chose (0 before it finished)."""
-  path = os.path.join(workdir, SUMMARY_FILE)
+  path = os.path.join(workdir, trainer.SUMMARY_FILE)
   if not os.path.isfile(path):
     return 0
   with open(path) as f:
@@ -75,17 +75,24 @@ def _record(output: np.ndarray, class_names: tuple[str, ...], regression: bool) 
           'probabilities': {name: float(q) for name, q in zip(class_names, output)}}
 
 
+def describe(workdir: str) -> tuple[Any, datasets.DatasetInfo, models.ModelConfig]:
+  """(config, dataset info, model config) of a trained workdir (absolute path), without its
+  training data when the run saved ``dataset.json``."""
+  config = validation.load_config(workdir)
+  info = datasets.saved_info(workdir) or datasets.load(config.data, workdir).info
+  cfg = validation.model_config(config, vocab_size=info.vocab_size, num_classes=info.num_classes)
+  return config, info, cfg
+
+
 def predict(workdir: str, input_path: str, *, checkpoint: str = 'best',
             batch_size: int = 64) -> Iterator[dict[str, Any]]:
   """One dict per example of ``input_path``, in order: label and probabilities (regression:
   value)."""
   workdir = validation.check_workdir(workdir)
-  config = validation.load_config(workdir)
+  config, info, cfg = describe(workdir)
   texts = files.read_inputs(input_path, files.Columns.of(config.data))
-  info = datasets.saved_info(workdir) or datasets.load(config.data, workdir).info
   tokenizer = datasets.load_tokenizer(config.data, workdir)
-  cfg = validation.model_config(config, vocab_size=info.vocab_size,
-                                num_classes=info.num_classes).replace(deterministic=True)
+  cfg = cfg.replace(deterministic=True)
   _, params = load_params(workdir, checkpoint, config.train.keep_checkpoints)
   regression = config.data.regression
   run = _outputs(cfg, regression)
