@@ -1,15 +1,16 @@
-"""RoFormer-style encoder classifiers whose position scheme is one config field.
+"""RoFormer-style encoders whose position scheme is one config field: classifiers, or masked or
+causal language models (``task``).
 
   cfg = models.ModelConfig(**config.model, rope=rope.RopeConfig(**config.rope),
-                           vocab_size=..., num_classes=...)
+                           task=config.train.task, vocab_size=..., num_classes=...)
   graphdef, params = models.init(cfg, key)
   logits = nnx.merge(graphdef, params)(inputs_BxL, positions_BxL, mask_BxL,
                                        rngs=nnx.Rngs(dropout=key))
 """
 
-from models.config import ATTENTION_KINDS, PRESETS, SIZED_FIELDS, ModelConfig
+from models.config import ATTENTION_KINDS, PRESETS, SIZED_FIELDS, TASKS, ModelConfig
 from models.encoder import Classifier, count_params, init
 from models.positions import SCHEMES, LengthError
 
-__all__ = ['ATTENTION_KINDS', 'PRESETS', 'SCHEMES', 'SIZED_FIELDS', 'Classifier', 'LengthError', 'ModelConfig',
-           'count_params', 'init']
+__all__ = ['ATTENTION_KINDS', 'PRESETS', 'SCHEMES', 'SIZED_FIELDS', 'TASKS', 'Classifier',
+           'LengthError', 'ModelConfig', 'count_params', 'init']

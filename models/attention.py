@@ -12,7 +12,7 @@ query/key/value [embed, heads, head_dim], output [heads, head_dim, embed].
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -25,6 +25,28 @@ from models.config import ModelConfig
 from models.positions import LayerHooks, PositionContext
 
 _HEADS = (sharding.BATCH, sharding.LENGTH, sharding.HEADS, sharding.KV)
+
+
+class Visibility(NamedTuple):
+  """Which keys each query attends to: the real ones (``mask_BxL`` true), and with
+  ``segments_BxL`` (packed sequences: int32 document id per token) only those of the query's own
+  document; a causal model also only the query's own and earlier positions."""
+
+  mask_BxL: jax.Array
+  segments_BxL: jax.Array | None = None
+
+  def dense(self, causal: bool, num_queries: int | None = None) -> jax.Array:
+    """bool [batch, 1, T or 1, S]: query t may attend to key s (T = ``num_queries`` or S)."""
+    mask_Bx1xTxS = self.mask_BxL[:, None, None, :]
+    length = self.mask_BxL.shape[1]
+    queries = num_queries or length
+    if self.segments_BxL is not None:
+      segments_BxL = self.segments_BxL
+      mask_Bx1xTxS = mask_Bx1xTxS & (segments_BxL[:, None, :queries, None]
+                                     == segments_BxL[:, None, None, :])
+    if causal:
+      mask_Bx1xTxS = mask_Bx1xTxS & (jnp.arange(queries)[:, None] >= jnp.arange(length))
+    return mask_Bx1xTxS
 
 
 def softmax_attention(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, v_BxSxHxD: jax.Array,
@@ -80,11 +102,14 @@ def _blocks(x_BxLx___: jax.Array, size: int, fill=0) -> jax.Array:
   return jnp.moveaxis(blocks, 1, 0)
 
 
-def _online_block(totals, q_BxCxHxD, q_positions_BxC, block, *, block_bias, block_value_term):
+def _online_block(totals, q_BxCxHxD, q_positions_BxC, query_visibility, block, *, block_bias,
+                  block_value_term):
   """One key block of the online softmax: the running (max, sum, unnormalised output) of a
-  query block updated with keys k, values v, their mask and positions."""
+  query block updated with keys k, values v, their mask, positions, documents and indices
+  (``query_visibility``: the queries' documents and indices, and whether attention is causal)."""
   max_BxHxC, sum_BxHxC, out_BxCxHxD = totals
-  k_BxKxHxD, v_BxKxHxD, mask_BxK, k_positions_BxK = block
+  k_BxKxHxD, v_BxKxHxD, mask_BxK, k_positions_BxK, k_segments_BxK, k_index_K = block
+  q_segments_BxC, q_index_C, causal = query_visibility
   logits_dtype = jnp.promote_types(q_BxCxHxD.dtype, jnp.float32)
   scale = jnp.asarray(1.0 / np.sqrt(q_BxCxHxD.shape[-1]), q_BxCxHxD.dtype)
   logits_BxHxCxK = jnp.einsum('BCHD,BKHD->BHCK', q_BxCxHxD * scale, k_BxKxHxD,
@@ -92,7 +117,10 @@ def _online_block(totals, q_BxCxHxD, q_positions_BxC, block, *, block_bias, bloc
   relative_BxCxK = (k_positions_BxK[:, None, :] - q_positions_BxC[:, :, None]).astype(jnp.int32)
   if (bias := block_bias(q_BxCxHxD, relative_BxCxK)) is not None:
     logits_BxHxCxK = logits_BxHxCxK + bias
-  masked = jnp.where(mask_BxK[:, None, None, :], 0.0, _large_negative(logits_dtype))
+  visible_BxCxK = mask_BxK[:, None, :] & (q_segments_BxC[:, :, None] == k_segments_BxK[:, None, :])
+  if causal:
+    visible_BxCxK = visible_BxCxK & (q_index_C[:, None] >= k_index_K[None, :])
+  masked = jnp.where(visible_BxCxK[:, None], 0.0, _large_negative(logits_dtype))
   logits_BxHxCxK = (logits_BxHxCxK + masked).astype(jnp.float32)
   # The running max only shifts the exponents (softmax is invariant to it): no gradient.
   new_max_BxHxC = jax.lax.stop_gradient(jnp.maximum(max_BxHxC, logits_BxHxCxK.max(-1)))
@@ -107,10 +135,10 @@ def _online_block(totals, q_BxCxHxD, q_positions_BxC, block, *, block_bias, bloc
 
 
 def chunked_attention(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, v_BxSxHxD: jax.Array,
-                      mask_BxS: jax.Array, positions_BxS: jax.Array, *, chunk_size: int,
+                      visibility: Visibility, positions_BxS: jax.Array, *, chunk_size: int,
                       block_bias: Callable[[jax.Array, jax.Array], jax.Array | None],
-                      block_value_term: Callable[[jax.Array, jax.Array], jax.Array | None]
-                      ) -> jax.Array:
+                      block_value_term: Callable[[jax.Array, jax.Array], jax.Array | None],
+                      causal: bool = False) -> jax.Array:
   """``softmax_attention`` in blocks of ``chunk_size`` queries x keys with an online softmax
   (Rabe and Staats 2021): memory linear in the length, each query block recomputed in the
   backward pass (``jax.checkpoint``), so only its inputs and output are kept.
@@ -120,25 +148,32 @@ def chunked_attention(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, v_BxSxHxD: jax
   block's position terms from its key-minus-query distances (None: no term).
   """
   length, k_size = q_BxTxHxD.shape[1], min(chunk_size, k_BxSxHxD.shape[1])
+  mask_BxS = visibility.mask_BxL
+  segments_BxS = (mask_BxS.astype(jnp.int32) if visibility.segments_BxL is None
+                  else visibility.segments_BxL)
+  index_1xS = jnp.arange(mask_BxS.shape[1])[None]
   keys = (_blocks(k_BxSxHxD, k_size), _blocks(v_BxSxHxD, k_size),
-          _blocks(mask_BxS, k_size, fill=False), _blocks(positions_BxS, k_size))
+          _blocks(mask_BxS, k_size, fill=False), _blocks(positions_BxS, k_size),
+          _blocks(segments_BxS, k_size), _blocks(index_1xS, k_size)[:, 0])
 
   @jax.checkpoint
   def query_block(block):
-    q_BxCxHxD, q_positions_BxC = block
+    q_BxCxHxD, q_positions_BxC, q_segments_BxC, q_index_C = block
+    query_visibility = (q_segments_BxC, q_index_C, causal)
     batch, size, heads, _ = q_BxCxHxD.shape
     totals = (jnp.full((batch, heads, size), -jnp.inf, jnp.float32),
               jnp.zeros((batch, heads, size), jnp.float32),
               jnp.zeros((batch, size, heads, v_BxSxHxD.shape[-1]), jnp.float32))
     step = lambda totals, block: (_online_block(
-        totals, q_BxCxHxD, q_positions_BxC, block, block_bias=block_bias,
+        totals, q_BxCxHxD, q_positions_BxC, query_visibility, block, block_bias=block_bias,
         block_value_term=block_value_term), None)
     (_, sum_BxHxC, out_BxCxHxD), _ = jax.lax.scan(jax.checkpoint(step), totals, keys)
     return out_BxCxHxD / jnp.swapaxes(sum_BxHxC, 1, 2)[..., None]
 
   q_size = min(chunk_size, length)
-  out_NxBxCxHxD = jax.lax.map(query_block, (_blocks(q_BxTxHxD, q_size),
-                                            _blocks(positions_BxS[:, :length], q_size)))
+  out_NxBxCxHxD = jax.lax.map(query_block, (
+      _blocks(q_BxTxHxD, q_size), _blocks(positions_BxS[:, :length], q_size),
+      _blocks(segments_BxS[:, :length], q_size), _blocks(index_1xS[:, :length], q_size)[:, 0]))
   out_BxTxHxD = jnp.moveaxis(out_NxBxCxHxD, 0, 1).reshape(
       q_BxTxHxD.shape[0], -1, *out_NxBxCxHxD.shape[-2:])[:, :length]
   return out_BxTxHxD.astype(v_BxSxHxD.dtype)
@@ -160,7 +195,8 @@ def dot_product_attention(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, v_BxSxHxD:
 
 
 class SelfAttention(nnx.Module):
-  """Bidirectional multi-head self-attention; ``positions`` are this layer's position hooks."""
+  """Multi-head self-attention, bidirectional or causal (``cfg.causal``); ``positions`` are this
+  layer's position hooks."""
 
   def __init__(self, cfg: ModelConfig, positions: LayerHooks, *, rngs: nnx.Rngs):
     in_kernel = sharding.param_metadata((sharding.EMBED, sharding.HEADS, sharding.KV))
@@ -185,10 +221,12 @@ class SelfAttention(nnx.Module):
     self.implementation = cfg.attention_impl
     self.chunk_size = cfg.attention_chunk_size
     self.feature_map = cfg.linear_feature_map
+    self.causal = cfg.causal
 
-  def __call__(self, x_BxLxE: jax.Array, mask_BxL: jax.Array, ctx: PositionContext, *,
+  def __call__(self, x_BxLxE: jax.Array, visibility: Visibility, ctx: PositionContext, *,
                rngs: nnx.Rngs | None, num_queries: int | None = None) -> jax.Array:
-    """Attends over the real (mask true) keys; returns [batch, T, embed].
+    """Attends over the visible keys (``visibility``; causal with ``train.task=clm``); returns
+    [batch, T, embed].
 
     T = length, or with ``num_queries`` (softmax attention only) the first T positions only (all
     keys still attended).
@@ -205,23 +243,25 @@ class SelfAttention(nnx.Module):
     if self.kind == 'linear':
       with jax.named_scope('linear_attention'):
         out_BxTxHxD = rope.linear_attention(
-            q_BxTxHxD, k_BxLxHxD, v_BxLxHxD, mask=mask_BxL, rotary=self.positions.rotary,
+            q_BxTxHxD, k_BxLxHxD, v_BxLxHxD, mask=visibility.mask_BxL,
+            segments=visibility.segments_BxL, causal=self.causal, rotary=self.positions.rotary,
             tables=ctx.rotary_tables, feature_map=self.feature_map)
     else:
-      out_BxTxHxD = self._softmax(q_BxTxHxD, k_BxLxHxD, v_BxLxHxD, mask_BxL, ctx, ctx_q, rngs)
+      out_BxTxHxD = self._softmax(q_BxTxHxD, k_BxLxHxD, v_BxLxHxD, visibility, ctx, ctx_q, rngs,
+                                  num_queries)
     out_BxTxHxD = sharding.constrain(out_BxTxHxD, _HEADS)
     with jax.named_scope('output_projection'):
       return self.output(out_BxTxHxD)
 
   def _softmax(self, q_BxTxHxD: jax.Array, k_BxLxHxD: jax.Array, v_BxLxHxD: jax.Array,
-               mask_BxL: jax.Array, ctx: PositionContext, ctx_q: PositionContext,
-               rngs: nnx.Rngs | None) -> jax.Array:
+               visibility: Visibility, ctx: PositionContext, ctx_q: PositionContext,
+               rngs: nnx.Rngs | None, num_queries: int | None) -> jax.Array:
     with jax.named_scope('positions'):
       q_BxTxHxD = self.positions.rotate(q_BxTxHxD, ctx_q, 'query')
       k_BxLxHxD = self.positions.rotate(k_BxLxHxD, ctx, 'key')
     if self.implementation == 'chunked':
       with jax.named_scope('chunked_attention'):
-        return self._chunked(q_BxTxHxD, k_BxLxHxD, v_BxLxHxD, mask_BxL, ctx)
+        return self._chunked(q_BxTxHxD, k_BxLxHxD, v_BxLxHxD, visibility, ctx)
     with jax.named_scope('positions'):
       bias = self.positions.bias(q_BxTxHxD, ctx_q)
     dropout = None
@@ -232,13 +272,15 @@ class SelfAttention(nnx.Module):
       value_term = lambda probs: self.positions.value_term(probs, ctx_q)
     with jax.named_scope('softmax_attention'):
       return dot_product_attention(q_BxTxHxD, k_BxLxHxD, v_BxLxHxD, bias,
-                                   mask_BxL[:, None, None, :], implementation=self.implementation,
-                                   dropout=dropout, value_term=value_term)
+                                   visibility.dense(self.causal, num_queries),
+                                   implementation=self.implementation, dropout=dropout,
+                                   value_term=value_term)
 
   def _chunked(self, q_BxTxHxD: jax.Array, k_BxLxHxD: jax.Array, v_BxLxHxD: jax.Array,
-               mask_BxL: jax.Array, ctx: PositionContext) -> jax.Array:
+               visibility: Visibility, ctx: PositionContext) -> jax.Array:
     hooks = self.positions
     return chunked_attention(
-        q_BxTxHxD, k_BxLxHxD, v_BxLxHxD, mask_BxL, ctx.positions, chunk_size=self.chunk_size,
+        q_BxTxHxD, k_BxLxHxD, v_BxLxHxD, visibility, ctx.positions, chunk_size=self.chunk_size,
         block_bias=lambda q, relative: hooks.block_bias(q, ctx, relative),
-        block_value_term=lambda probs, relative: hooks.block_value_term(probs, ctx, relative))
+        block_value_term=lambda probs, relative: hooks.block_value_term(probs, ctx, relative),
+        causal=self.causal)

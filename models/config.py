@@ -3,7 +3,7 @@
 Built in one line from the experiment config (``configs/default.py`` declares and explains every
 field of the ``model`` group):
 
-    ModelConfig(**config.model, rope=rope.RopeConfig(**config.rope),
+    ModelConfig(**config.model, rope=rope.RopeConfig(**config.rope), task=config.train.task,
                 vocab_size=info.vocab_size, num_classes=info.num_classes)
 
 Size fields left at None take the preset ``size``'s value (``embedding_size``: ``hidden_size``).
@@ -22,6 +22,10 @@ from flax import nnx
 import rope
 from models import positions
 
+# What the model is trained to do (``train.task``): classify a text, or language modelling, masked
+# (BERT's MLM, bidirectional) or causal (next token, causal attention), with an output layer tied
+# to the token embeddings.
+TASKS = ('classify', 'mlm', 'clm')
 ATTENTION_KINDS = ('softmax', 'linear')
 # How softmax attention is computed (``models.attention.dot_product_attention``).
 ATTENTION_IMPLEMENTATIONS = ('auto', 'explicit', 'xla', 'cudnn', 'chunked')
@@ -63,6 +67,7 @@ class ModelConfig:
   vocab_size: int
   num_classes: int
   size: str
+  task: str = 'classify'
   position: str
   attention: str
   attention_impl: str
@@ -93,6 +98,7 @@ class ModelConfig:
 
   def __post_init__(self):
     _choice('model.size', self.size, tuple(PRESETS))
+    _choice('train.task', self.task, TASKS)
     for name, preset in zip(SIZED_FIELDS, PRESETS[self.size]):
       if getattr(self, name) is None:
         object.__setattr__(self, name, preset)
@@ -126,6 +132,19 @@ class ModelConfig:
     if self.attention == 'linear' and self.attention_dropout_rate > 0:
       raise ValueError('model.attention_dropout_rate must be 0 with model.attention=linear '
                        '(linear attention forms no attention probabilities).')
+    if self.dual_encoder and self.language_model:
+      raise ValueError(f'model.dual_encoder classifies sentence pairs; train.task={self.task} '
+                       'trains a language model. Set model.dual_encoder=False.')
+
+  @property
+  def language_model(self) -> bool:
+    """Trained with a language-modelling head (``train.task`` mlm or clm), not a classifier."""
+    return self.task != 'classify'
+
+  @property
+  def causal(self) -> bool:
+    """Each position attends only to itself and earlier ones (``train.task=clm``)."""
+    return self.task == 'clm'
 
   @property
   def initializer(self):

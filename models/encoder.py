@@ -1,7 +1,8 @@
-"""The RoFormer-style encoder classifier (Flax NNX).
+"""The RoFormer-style encoder: a classifier, or a masked or causal language model (Flax NNX).
 
-Structure and order follow Hugging Face ``RoFormerForSequenceClassification``, so its weights map
-one to one (``models/hf.py``). Post-LN (default) is x = LN(x + dropout(sublayer(x))); pre-LN is
+Structure and order follow Hugging Face ``RoFormerForSequenceClassification`` (and, with
+``cfg.task`` mlm or clm, ``RoFormerForMaskedLM``: its prediction head, with the output layer
+tied to the token embeddings), so its weights map one to one (``models/hf.py``). Post-LN (default) is x = LN(x + dropout(sublayer(x))); pre-LN is
 x = x + dropout(sublayer(LN(x))) with a final LayerNorm. GELU is exact (erf). Parameters are
 float32; activations use the compute dtype (LayerNorm statistics and softmax in float32); logits
 are float32. The forward pass is pure: dropout (active iff ``not cfg.deterministic``) draws keys
@@ -16,7 +17,7 @@ from flax import nnx
 
 from models import positions as positions_lib
 from models import sharding
-from models.attention import SelfAttention
+from models.attention import SelfAttention, Visibility
 from models.config import ModelConfig
 
 _HIDDEN = (sharding.BATCH, sharding.LENGTH, sharding.EMBED)
@@ -107,7 +108,7 @@ class EncoderLayer(nnx.Module):
     h_BxLxF = sharding.constrain(h_BxLxF, (sharding.BATCH, sharding.LENGTH, sharding.MLP))
     return self.output(h_BxLxF)
 
-  def __call__(self, x_BxLxE: jax.Array, mask_BxL: jax.Array,
+  def __call__(self, x_BxLxE: jax.Array, visibility: Visibility,
                ctx: positions_lib.PositionContext, rngs: nnx.Rngs | None,
                num_queries: int | None = None) -> jax.Array:
     """[batch, length, hidden] -> [batch, T, hidden]: T = length, or the first ``num_queries``
@@ -115,12 +116,12 @@ class EncoderLayer(nnx.Module):
     drop = lambda y: self.dropout(y, rngs=rngs)
     first = lambda y: y if num_queries is None else y[:, :num_queries]
     if self.pre_norm:
-      attended = self.attention(self.attention_norm(x_BxLxE), mask_BxL, ctx, rngs=rngs,
+      attended = self.attention(self.attention_norm(x_BxLxE), visibility, ctx, rngs=rngs,
                                 num_queries=num_queries)
       x_BxTxE = first(x_BxLxE) + drop(attended)
       x_BxTxE = x_BxTxE + drop(self._feed_forward(self.output_norm(x_BxTxE)))
     else:
-      attended = self.attention(x_BxLxE, mask_BxL, ctx, rngs=rngs, num_queries=num_queries)
+      attended = self.attention(x_BxLxE, visibility, ctx, rngs=rngs, num_queries=num_queries)
       x_BxTxE = self.attention_norm(first(x_BxLxE) + drop(attended))
       x_BxTxE = self.output_norm(x_BxTxE + drop(self._feed_forward(x_BxTxE)))
     return sharding.constrain(x_BxTxE, _HIDDEN)
@@ -143,8 +144,27 @@ class ClassificationHead(nnx.Module):
     return self.out_proj(x_BxE).astype(jnp.float32)
 
 
+class LanguageModelHead(nnx.Module):
+  """HF's RoFormerLMPredictionHead: dense -> GELU -> LayerNorm, then the token embeddings'
+  transpose (tied) plus a bias per token."""
+
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    self.dense = _dense(cfg, cfg.hidden_size, cfg.embedding_size, (sharding.EMBED, None),
+                        rngs=rngs)
+    self.layer_norm = _layer_norm(cfg, cfg.embedding_size, rngs=rngs)
+    self.bias = nnx.Param(jnp.zeros((cfg.vocab_size,), jnp.float32),
+                          **sharding.param_metadata((sharding.VOCAB,)))
+
+  def __call__(self, x_BxMxE: jax.Array, embeddings: nnx.Embed) -> jax.Array:
+    """[batch, M predicted positions, hidden] -> float32 logits [batch, M, vocab]."""
+    x_BxMxE = self.layer_norm(jax.nn.gelu(self.dense(x_BxMxE), approximate=False))
+    logits_BxMxV = embeddings.attend(x_BxMxE).astype(jnp.float32)
+    return logits_BxMxV + self.bias[...]
+
+
 class Classifier(nnx.Module):
-  """Encoder + pooling + classification head; the position scheme is ``cfg.position``.
+  """Encoder + pooling + classification head (or with ``cfg.language_model`` the language-model
+  head on every position); the position scheme is ``cfg.position``.
 
   With CLS pooling (softmax attention) only position 0 of the last layer reaches the logits, so
   that layer computes its output only (keys and values from every position). Logits equal the
@@ -166,8 +186,8 @@ class Classifier(nnx.Module):
       self.final_norm = _layer_norm(cfg, cfg.hidden_size, rngs=rngs)
     # Two towers: the head reads [u, v, u*v, u-v] of a pair's pooled vectors (LRA's 'NLI'
     # interaction).
-    self.head = ClassificationHead(cfg, cfg.hidden_size * (4 if cfg.dual_encoder else 1),
-                                   rngs=rngs)
+    self.head = LanguageModelHead(cfg, rngs=rngs) if cfg.language_model else ClassificationHead(
+        cfg, cfg.hidden_size * (4 if cfg.dual_encoder else 1), rngs=rngs)
 
   def _check_inputs(self, inputs_BxL: jax.Array, positions_BxL: jax.Array, mask_BxL: jax.Array,
                     token_type_ids_BxL: jax.Array | None, rngs: nnx.Rngs | None) -> None:
@@ -187,15 +207,17 @@ class Classifier(nnx.Module):
 
   def encode(self, inputs_BxL: jax.Array, positions_BxL: jax.Array, mask_BxL: jax.Array,
              token_type_ids_BxL: jax.Array | None = None, *, rngs: nnx.Rngs | None = None,
+             segments_BxL: jax.Array | None = None,
              last_num_queries: int | None = None) -> jax.Array:
     """Final hidden states [batch, length, hidden] in the compute dtype.
 
     ``positions_BxL`` are always explicit; ``mask_BxL`` is true at real tokens; token types None
-    mean zeros; ``rngs`` (``nnx.Rngs(dropout=key)``) is required unless cfg.deterministic. With
+    mean zeros; ``segments_BxL`` (packed sequences): int document ids, attention stays within a
+    document; ``rngs`` (``nnx.Rngs(dropout=key)``) is required unless cfg.deterministic. With
     ``last_num_queries`` the last layer computes only its first positions' outputs.
     """
     self._check_inputs(inputs_BxL, positions_BxL, mask_BxL, token_type_ids_BxL, rngs)
-    mask_BxL = mask_BxL.astype(bool)
+    visibility = Visibility(mask_BxL.astype(bool), segments_BxL)
     with jax.named_scope('embeddings'):
       x_BxLxE = self.embeddings(inputs_BxL, positions_BxL, token_type_ids_BxL, self.positions,
                                 rngs=rngs)
@@ -210,16 +232,26 @@ class Classifier(nnx.Module):
         EncoderLayer.__call__)
     for i, layer in enumerate(self.layers):
       last = i == len(self.layers) - 1
-      x_BxLxE = apply(layer, x_BxLxE, mask_BxL, ctx, rngs, last_num_queries if last else None)
+      x_BxLxE = apply(layer, x_BxLxE, visibility, ctx, rngs, last_num_queries if last else None)
     if self.final_norm is not None:
       x_BxLxE = self.final_norm(x_BxLxE)
     return x_BxLxE
 
   def __call__(self, inputs: jax.Array, positions: jax.Array, mask: jax.Array,
                token_type_ids_BxL: jax.Array | None = None, *,
-               rngs: nnx.Rngs | None = None) -> jax.Array:
+               rngs: nnx.Rngs | None = None, segments_BxL: jax.Array | None = None,
+               target_positions_BxM: jax.Array | None = None) -> jax.Array:
     """float32 logits [batch, num_classes]; arguments as ``encode``, or with
-    ``cfg.dual_encoder`` pairs [batch, 2, length] of inputs, positions and mask."""
+    ``cfg.dual_encoder`` pairs [batch, 2, length] of inputs, positions and mask. A language
+    model gives logits [batch, M, vocab] at ``target_positions_BxM`` (MLM's masked positions;
+    None: every position, M = length)."""
+    if self.cfg.language_model:
+      x_BxLxE = self.encode(inputs, positions, mask, token_type_ids_BxL, rngs=rngs,
+                            segments_BxL=segments_BxL)
+      if target_positions_BxM is not None:
+        x_BxLxE = jnp.take_along_axis(x_BxLxE, target_positions_BxM[..., None], axis=1)
+      with jax.named_scope('head'):
+        return self.head(x_BxLxE, self.embeddings.word_embeddings)
     if self.cfg.dual_encoder:
       if inputs.ndim != 3 or inputs.shape[1] != 2 or token_type_ids_BxL is not None:
         raise ValueError('model.dual_encoder takes pairs: inputs, positions and mask of shape '

@@ -336,16 +336,23 @@ class Shaw(PositionScheme):
     return ShawHooks(self.cfg, rngs=rngs)
 
 
-def t5_buckets(relative_BxTxS: jax.Array, num_buckets: int, max_distance: int) -> jax.Array:
-  """T5's bidirectional relative-position buckets, int32 [batch, length_q, length_k].
+def t5_buckets(relative_BxTxS: jax.Array, num_buckets: int, max_distance: int,
+               bidirectional: bool = True) -> jax.Array:
+  """T5's relative-position buckets, int32 [batch, length_q, length_k].
 
-  Half the buckets are for keys after the query. In each half, distances below half/2 get their
-  own bucket; larger ones share logarithmically wider buckets up to ``max_distance``, beyond
-  which all share the last one.
+  Bidirectional (encoder): half the buckets are for keys after the query. Causal (T5's decoder,
+  ``bidirectional=False``): all are for keys at or before it (later keys share bucket 0; the
+  causal mask hides them). In each half (or the whole), distances below half/2 get their own
+  bucket; larger ones share logarithmically wider buckets up to ``max_distance``, beyond which
+  all share the last one.
   """
-  half = num_buckets // 2
-  offset_BxTxS = jnp.where(relative_BxTxS > 0, half, 0)
-  distance_BxTxS = jnp.abs(relative_BxTxS)
+  if bidirectional:
+    half = num_buckets // 2
+    offset_BxTxS = jnp.where(relative_BxTxS > 0, half, 0)
+    distance_BxTxS = jnp.abs(relative_BxTxS)
+  else:
+    half, offset_BxTxS = num_buckets, 0
+    distance_BxTxS = jnp.maximum(-relative_BxTxS, 0)
   max_exact = half // 2
   log_ratio = (jnp.log(jnp.maximum(distance_BxTxS, 1).astype(jnp.float32) / max_exact) /
                math.log(max_distance / max_exact))
@@ -357,17 +364,19 @@ def t5_buckets(relative_BxTxS: jax.Array, num_buckets: int, max_distance: int) -
 class T5Hooks(LayerHooks):
   """The blockwise T5 bias, from the shared bucket embeddings the context carries."""
 
-  def __init__(self, num_buckets: int, max_distance: int):
+  def __init__(self, num_buckets: int, max_distance: int, bidirectional: bool):
     self.num_buckets, self.max_distance = num_buckets, max_distance
+    self.bidirectional = bidirectional
 
   def block_bias(self, q_BxTxHxD, ctx, relative_BxTxS):
-    return t5_bias(ctx.pair_table, relative_BxTxS, self.num_buckets, self.max_distance)
+    return t5_bias(ctx.pair_table, relative_BxTxS, self.num_buckets, self.max_distance,
+                   self.bidirectional)
 
 
 def t5_bias(embedding_KxH: jax.Array, relative_BxTxS: jax.Array, num_buckets: int,
-            max_distance: int) -> jax.Array:
+            max_distance: int, bidirectional: bool = True) -> jax.Array:
   """float32 [batch, heads, length_q, length_k]: the bucket embeddings of the distances."""
-  buckets_BxTxS = t5_buckets(relative_BxTxS, num_buckets, max_distance)
+  buckets_BxTxS = t5_buckets(relative_BxTxS, num_buckets, max_distance, bidirectional)
   return jnp.take(embedding_KxH, buckets_BxTxS, axis=0).transpose(0, 3, 1, 2)
 
 
@@ -379,6 +388,7 @@ class T5(PositionScheme):
   def __init__(self, cfg, *, rngs: nnx.Rngs):
     self.num_buckets = cfg.t5_num_buckets
     self.max_distance = cfg.t5_max_distance
+    self.bidirectional = not cfg.causal
     self.blockwise = blockwise(cfg)
     self.embedding = nnx.Param(
         cfg.initializer(rngs.positions(), (cfg.t5_num_buckets, cfg.num_heads), jnp.float32),
@@ -389,20 +399,21 @@ class T5(PositionScheme):
     if cfg.t5_num_buckets < 4 or cfg.t5_num_buckets % 2:
       raise ValueError('model.t5_num_buckets must be even and >= 4 (half per direction), got '
                        f'{cfg.t5_num_buckets}.')
-    if cfg.t5_max_distance <= cfg.t5_num_buckets // 4:
+    exact = cfg.t5_num_buckets // (2 if cfg.causal else 4)  # causal: all buckets look back
+    if cfg.t5_max_distance <= exact:
       raise ValueError(f'model.t5_max_distance={cfg.t5_max_distance} must exceed the exactly '
-                       f'bucketed distances (model.t5_num_buckets / 4 = '
-                       f'{cfg.t5_num_buckets // 4}).')
+                       f'bucketed distances (model.t5_num_buckets / {4 // (1 + cfg.causal)} = '
+                       f'{exact}).')
 
   def prepare(self, positions_BxL: jax.Array) -> PositionContext:
     if self.blockwise:
       return PositionContext(pair_table=self.embedding[...])
     return PositionContext(bias=t5_bias(self.embedding[...], relative_positions(positions_BxL),
-                                        self.num_buckets, self.max_distance))
+                                        self.num_buckets, self.max_distance, self.bidirectional))
 
   def layer_hooks(self, *, rngs: nnx.Rngs) -> LayerHooks:
     del rngs
-    return T5Hooks(self.num_buckets, self.max_distance)
+    return T5Hooks(self.num_buckets, self.max_distance, self.bidirectional)
 
 
 def alibi_slopes(num_heads: int) -> np.ndarray:
@@ -436,7 +447,7 @@ class AlibiHooks(LayerHooks):
 @register('alibi', supports_linear=False)
 class ALiBi(PositionScheme):
   """Fixed linear biases -slope_h |j - i| (Press, Smith and Lewis 2022), in the symmetric form
-  for a bidirectional encoder."""
+  for a bidirectional encoder; under the causal mask it is the paper's causal form."""
 
   def __init__(self, cfg, *, rngs: nnx.Rngs):
     del rngs
@@ -482,11 +493,12 @@ class Rotary(PositionScheme):
     except ValueError as e:
       raise ValueError(f'model.position=rotary cannot use these options (head_dim = '
                        f'model.hidden_size / model.num_heads = {cfg.head_dim}): {e}') from e
-    if rotary.xpos:
+    if rotary.xpos and not cfg.causal:
       raise ValueError(
-          'rope.xpos=True needs causal attention, and this encoder is bidirectional: xPos scales '
-          'queries by zeta^m and keys by zeta^-m, so q.k decays with the distance to keys before '
-          'the query but grows exponentially towards keys after it. Set rope.xpos=False.')
+          'rope.xpos=True needs causal attention (train.task=clm), and this model is '
+          'bidirectional: xPos scales queries by zeta^m and keys by zeta^-m, so q.k decays with '
+          'the distance to keys before the query but grows exponentially towards keys after it. '
+          'Set rope.xpos=False.')
     if cfg.attention == 'linear' and rotary.attention_factor != 1.0:
       raise ValueError(
           f'rope.scaling={rotary.scaling!r} scales queries and keys by '

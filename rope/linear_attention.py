@@ -8,6 +8,11 @@ The numerator uses rotated features, the normaliser the unrotated (non-negative)
 denominator never vanishes. Bidirectional (encoder) form: both sums run over all real tokens,
 so memory is O(length): the [d, d_v] summary sum_n R_n phi(k_n) v_n^T replaces the
 [length, length] attention matrix. Padding keys are masked out of both sums.
+
+Causal form (``causal``: n <= m only), and packed sequences (``segments``: n in m's document
+only): each query's keys are one contiguous range [first_m, last_m], so both sums are
+differences of prefix sums (Katharopoulos et al. 2020, eq. 9-10): S_last - S_(first-1), with S
+the running sum of R_n phi(k_n) v_n^T, gathered per query. Memory O(length d d_v).
 """
 
 from __future__ import annotations
@@ -23,15 +28,45 @@ FEATURE_MAPS = {
 }
 
 
+def _key_ranges(segments_BxL: jax.Array | None, causal: bool,
+                batch: int, length: int) -> tuple[jax.Array, jax.Array]:
+  """int32 [batch, length] each: the first and one-past-last key index that query m attends to
+  (its document's first token; itself if causal, else its document's end)."""
+  index_L = jnp.arange(length, dtype=jnp.int32)
+  if segments_BxL is None:
+    first_BxL = jnp.zeros((batch, length), jnp.int32)
+    end_BxL = jnp.full((batch, length), length, jnp.int32)
+  else:
+    starts_BxL = jnp.concatenate([jnp.ones((batch, 1), bool),
+                                  segments_BxL[:, 1:] != segments_BxL[:, :-1]], axis=1)
+    first_BxL = jax.lax.cummax(jnp.where(starts_BxL, index_L, 0), axis=1)
+    ends_BxL = jnp.concatenate([starts_BxL[:, 1:], jnp.ones((batch, 1), bool)], axis=1)
+    end_BxL = jax.lax.cummin(jnp.where(ends_BxL, index_L + 1, length), axis=1, reverse=True)
+  if causal:
+    end_BxL = jnp.broadcast_to(index_L + 1, (batch, length))
+  return first_BxL, end_BxL
+
+
+def _range_sums(x_BxLx___: jax.Array, first_BxL: jax.Array, end_BxL: jax.Array) -> jax.Array:
+  """sum over n in [first_m, end_m) of x_n, for every m: prefix sums, then two gathers."""
+  prefix = jnp.cumsum(x_BxLx___, axis=1)
+  prefix = jnp.concatenate([jnp.zeros_like(prefix[:, :1]), prefix], axis=1)  # S_0 = 0
+  take = lambda index_BxL: jnp.take_along_axis(
+      prefix, index_BxL.reshape(index_BxL.shape + (1,) * (prefix.ndim - 2)), axis=1)
+  return take(end_BxL) - take(first_BxL)
+
+
 def linear_attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
                      mask: jax.Array | None = None,
+                     segments: jax.Array | None = None, causal: bool = False,
                      rotary: rotary_lib.Rotary | None = None,
                      tables: rotary_lib.RotaryTables | None = None,
                      feature_map: str = 'elu+1', eps: float = 1e-6) -> jax.Array:
-  """Bidirectional linear attention (eq. 19), with RoPE when ``rotary`` and its ``tables`` are
-  given: q, k [batch, length, heads, head_dim] (not yet rotated), v [..., value_dim], mask
-  [batch, length] true at real tokens (None: all real). Computed in float32, returned in v's
-  dtype, [batch, length, heads, value_dim]."""
+  """Linear attention (eq. 19), with RoPE when ``rotary`` and its ``tables`` are given: q, k
+  [batch, length, heads, head_dim] (not yet rotated), v [..., value_dim], mask [batch, length]
+  true at real tokens (None: all real); ``segments`` int [batch, length], a document id per token
+  (packed sequences; None: one document); ``causal``: keys up to the query only. Computed in
+  float32, returned in v's dtype, [batch, length, heads, value_dim]."""
   if feature_map not in FEATURE_MAPS:
     raise ValueError(f'Unknown feature map {feature_map!r}; valid choices: '
                      f'{", ".join(FEATURE_MAPS)}.')
@@ -56,8 +91,14 @@ def linear_attention(q: jax.Array, k: jax.Array, v: jax.Array, *,
   if rotary is not None:
     rq = rotary.apply(phi_q, tables, role='query')
     rk = rotary.apply(phi_k, tables, role='key')
-  kv_BxHxDxU = jnp.einsum('BLHD,BLHU->BHDU', rk, v32)
-  numerator_BxLxHxU = jnp.einsum('BLHD,BHDU->BLHU', rq, kv_BxHxDxU)
-  k_sum_BxHxD = jnp.sum(phi_k, axis=1)
-  normaliser_BxLxH = jnp.einsum('BLHD,BHD->BLH', phi_q, k_sum_BxHxD)
+  if causal or segments is not None:
+    first_BxL, end_BxL = _key_ranges(segments, causal, *q.shape[:2])
+    kv_BxLxHxDxU = _range_sums(jnp.einsum('BLHD,BLHU->BLHDU', rk, v32), first_BxL, end_BxL)
+    numerator_BxLxHxU = jnp.einsum('BLHD,BLHDU->BLHU', rq, kv_BxLxHxDxU)
+    k_sum_BxLxHxD = _range_sums(phi_k, first_BxL, end_BxL)
+    normaliser_BxLxH = jnp.einsum('BLHD,BLHD->BLH', phi_q, k_sum_BxLxHxD)
+  else:
+    kv_BxHxDxU = jnp.einsum('BLHD,BLHU->BHDU', rk, v32)
+    numerator_BxLxHxU = jnp.einsum('BLHD,BHDU->BLHU', rq, kv_BxHxDxU)
+    normaliser_BxLxH = jnp.einsum('BLHD,BHD->BLH', phi_q, jnp.sum(phi_k, axis=1))
   return (numerator_BxLxHxU / (normaliser_BxLxH[..., None] + eps)).astype(v.dtype)
