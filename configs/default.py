@@ -106,10 +106,11 @@ def _data() -> ml_collections.ConfigDict:
   d.name = 'position_probes/order'
   d.data_dir = config_dict.placeholder(str)  # TFDS data_dir (prepared data; embedded builders are generated here).
   d.max_length = 64  # Tokens per example, including the [CLS] token; longer texts are truncated.
-  # 'byte' (UTF-8 bytes, no vocabulary), 'sentencepiece' (trained offline, cached in the workdir)
-  # or 'huggingface' (data.tokenizer_path).
+  # 'byte' (UTF-8 bytes, no vocabulary), 'sentencepiece', 'wordpiece' (BERT's) or 'bpe'
+  # (byte-level, GPT-2's), trained offline on the training split and cached in the workdir, or
+  # 'huggingface' (data.tokenizer_path).
   d.tokenizer = 'byte'
-  d.sp_vocab_size = 8000  # SentencePiece vocabulary size.
+  d.sp_vocab_size = 8000  # Vocabulary size of the tokenizers trained here (sentencepiece, wordpiece, bpe).
   # data.tokenizer='huggingface': a tokenizer.json, a WordPiece vocab.txt, or a Hugging Face
   # checkpoint directory holding one (copied into the workdir on first use).
   d.tokenizer_path = ''
@@ -129,6 +130,13 @@ def _data() -> ml_collections.ConfigDict:
   # data.name=files: the labels are real numbers (STS-B-like): a one-output head trained with
   # squared error, scored by Pearson's (ranking checkpoints) and Spearman's correlation.
   d.regression = False
+  # Language models (train.task mlm/clm; data/lm.py): documents packed into rows of max_length.
+  d.mask_rate = 0.15  # MLM: fraction of tokens predicted (80% [MASK], 10% random, 10% kept).
+  d.whole_word_masking = False  # MLM: mask all the tokens of a word together.
+  # Evaluation lengths in tokens beyond data.max_length, comma-separated (test split as
+  # 'test_<n>'): perplexity vs evaluation length.
+  d.eval_lengths = ''
+  d.eval_tokens = 65536  # Evaluate on the first this many tokens of each split (the same text at every length).
   d.seed = 0  # Data-order seed, shared by all model seeds so seeds differ only in init and dropout.
   d.prefetch = 2  # Batches prefetched by tf.data.
   return d
@@ -136,6 +144,9 @@ def _data() -> ml_collections.ConfigDict:
 
 def _train() -> ml_collections.ConfigDict:
   t = ml_collections.ConfigDict()
+  # 'classify' (a classifier on data.name's labels), 'mlm' (BERT's masked language modelling) or
+  # 'clm' (causal language modelling: next token, causal attention) on data.name's texts.
+  t.task = 'classify'
   t.seed = 0  # Seed for parameter init and dropout (data order: data.seed).
   t.num_seeds = 1  # Train seeds seed, seed+1, ... together in one step (batches shared).
   # How the members (learning rate x seed) share the step: 'vmap' (all in one batched

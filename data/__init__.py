@@ -9,12 +9,18 @@ This namespace holds only the names a config may use, importable without TensorF
   nearest; see ``data/position_probes.py``), ``listops``, ``listops/small``, ``fortunes``
   (needs ``apt-get install fortunes``) and ``manpages``, long documents (needs ``apt-get install
   manpages manpages-dev``; ``data/manpages.py``), and ``manpages/pairs``, a sentence-pair task
-  (does a page's one-line summary belong to this DESCRIPTION?);
+  (does a page's one-line summary belong to this DESCRIPTION?); ``docs``, a 20 MB English corpus
+  for pre-training (the Python documentation and the man pages, ``data/corpus.py``; needs
+  ``apt-get install python3-doc manpages manpages-dev``);
 * TFDS text datasets, which must be prepared beforehand (no download here; see
   ``python -m data.prepare``): ``imdb_reviews``, ``glue/sst2``, ``ag_news_subset``,
   ``yelp_polarity_reviews``, and the GLUE pair tasks ``glue/mnli``, ``glue/qnli``, ``glue/qqp``,
   ``glue/rte``, ``glue/mrpc`` and ``glue/stsb`` (regression) (splits in ``TFDS_TEXT_DATASETS``);
-* ``files``: local CSV/TSV/JSONL files (``data/files.py``).
+* TFDS text corpora for pre-training (``train.task`` mlm or clm), prepared beforehand:
+  ``lm1b``, ``wikipedia/20230601.en``, ``c4/en`` (``TFDS_CORPORA``); a language model also
+  reads the texts of any dataset above, ignoring its labels;
+* ``files``: local CSV/TSV/JSONL files (``data/files.py``); for pre-training also plain-text
+  files (.txt: documents separated by blank lines).
 
 Every dataset has the splits ``train``, ``validation`` and ``test``; the position probes also
 ``test_<n>`` at n = 2x and 4x the training length. The special token ids are the tokenizers'
@@ -27,7 +33,7 @@ import dataclasses
 
 PROBE_TASKS = ('order', 'distance', 'nearest')
 EMBEDDED_DATASETS = tuple(f'position_probes/{task}' for task in PROBE_TASKS) + (
-    'listops', 'listops/small', 'fortunes', 'manpages', 'manpages/pairs')
+    'listops', 'listops/small', 'fortunes', 'manpages', 'manpages/pairs', 'docs')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +47,7 @@ class TextFields:
   splits: dict[str, str]
   pair: bool = False
   regression: bool = False
+  corpus: bool = False  # Text only, no labels (pre-training corpora).
 
 
 def _glue_pair(first: str, second: str, test: str = 'validation', *,
@@ -71,5 +78,16 @@ TFDS_TEXT_DATASETS = {
     'glue/mrpc': _glue_pair('sentence1', 'sentence2'),
     'glue/stsb': _glue_pair('sentence1', 'sentence2', regression=True),
 }
-DATASET_NAMES = EMBEDDED_DATASETS + tuple(TFDS_TEXT_DATASETS) + ('files',)
-TOKENIZERS = ('byte', 'sentencepiece', 'huggingface')
+# Unlabelled TFDS corpora, for language models only.
+TFDS_CORPORA = {
+    'lm1b': TextFields(('text',), {'train': 'train', 'validation': 'test[:50%]',
+                                   'test': 'test[50%:]'}, corpus=True),
+    'wikipedia/20230601.en': TextFields(('title', 'text'), {
+        'train': 'train[:98%]', 'validation': 'train[98%:99%]', 'test': 'train[99%:]'},
+                                        corpus=True),
+    'c4/en': TextFields(('text',), {'train': 'train', 'validation': 'validation[:50%]',
+                                    'test': 'validation[50%:]'}, corpus=True),
+}
+DATASET_NAMES = EMBEDDED_DATASETS + tuple(TFDS_TEXT_DATASETS) + tuple(TFDS_CORPORA) + ('files',)
+# 'wordpiece' and 'bpe' (byte-level) are trained here, offline, with the `tokenizers` library.
+TOKENIZERS = ('byte', 'sentencepiece', 'wordpiece', 'bpe', 'huggingface')

@@ -11,6 +11,7 @@ each process reads the whole (small) split and keeps its part (``Dataset``'s met
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -21,9 +22,11 @@ import ml_collections
 import tensorflow_datasets as tfds
 
 import data
+from data import corpus
 from data import files as files_lib
 from data import fortunes
 from data import listops
+from data import lm
 from data import manpages
 from data import pipeline
 from data import position_probes
@@ -51,6 +54,7 @@ class DatasetInfo:
   eval_splits: dict[str, int]
   num_train_examples: int
   pairs: bool = False  # Each example is two texts (data.text_b_column).
+  task: str = 'classify'  # train.task: language models count rows of packed tokens as examples
 
 
 INFO_FILE = 'dataset.json'  # a run's DatasetInfo, for predict.py without the training data
@@ -84,6 +88,8 @@ def embedded_builder(name: str, data_dir: str | None) -> tfds.core.GeneratorBase
     return manpages.Manpages(config='kinds', data_dir=data_dir)
   if name == 'manpages/pairs':
     return manpages.ManpagePairs(config='pairs', data_dir=data_dir)
+  if name == 'docs':
+    return corpus.Docs(config='all', data_dir=data_dir)
   raise ValueError(f'{name!r} is not an embedded dataset; valid: {data.EMBEDDED_DATASETS}')
 
 
@@ -101,8 +107,8 @@ def _natural_lengths(builder: tfds.core.DatasetBuilder | None, splits: tuple[str
 def load_tokenizer(data_config: ml_collections.ConfigDict, workdir: str | None,
                    read_training_texts: Callable[[], Iterable[bytes]] | None = None
                    ) -> tokenizers.Tokenizer:
-  """``data.tokenizer``: bytes, or the workdir's SentencePiece model (trained on
-  ``read_training_texts()`` if it has none yet) or Hugging Face tokenizer."""
+  """``data.tokenizer``: bytes, or the workdir's SentencePiece, WordPiece or byte-level BPE
+  model (trained on ``read_training_texts()`` if it has none yet) or Hugging Face tokenizer."""
   if data_config.tokenizer == 'byte':
     return tokenizers.ByteTokenizer()
   if data_config.tokenizer == 'sentencepiece':
@@ -114,30 +120,52 @@ def load_tokenizer(data_config: ml_collections.ConfigDict, workdir: str | None,
                               'with data.tokenizer=sentencepiece, or the file was removed.')
     return tokenizers.load_or_train_sentencepiece(
         workdir, data_config.name, data_config.sp_vocab_size, read_training_texts)
+  if data_config.tokenizer in ('wordpiece', 'bpe'):
+    if workdir is None:
+      raise ValueError(f'data.tokenizer={data_config.tokenizer} needs a workdir to cache it')
+    return tokenizers.load_or_train_huggingface(workdir, data_config.tokenizer, data_config.name,
+                                                data_config.sp_vocab_size, read_training_texts)
   if data_config.tokenizer == 'huggingface':
     return tokenizers.load_huggingface(workdir, data_config.tokenizer_path)
   raise ValueError(f'Unknown data.tokenizer {data_config.tokenizer!r}; valid: {data.TOKENIZERS}')
 
 
-def load(data_config: ml_collections.ConfigDict, workdir: str | None, *,
-         pair_layout: str = 'joint') -> Dataset:
-  """Resolves ``data.name`` to a source, tokenizer and info (preparing embedded datasets);
-  sentence pairs are batched as ``pair_layout`` says ('joint' or 'dual', ``data/pipeline.py``)."""
+def _source(data_config: ml_collections.ConfigDict, workdir: str | None, task: str
+            ) -> tuple[sources.Source, tfds.core.DatasetBuilder | None]:
+  """The source of ``data.name`` (and its builder if embedded), prepared."""
   name = data_config.name
+  if name == 'files' and task != 'classify':
+    return files_lib.DocumentsSource(
+        train_files=data_config.train_files, validation_files=data_config.validation_files,
+        test_files=data_config.test_files, text_column=data_config.text_column), None
+  if name in data.TFDS_CORPORA and task == 'classify':
+    raise ValueError(f'data.name={name!r} is an unlabelled corpus: pre-train on it with '
+                     'train.task=mlm or clm.')
   builder = None
   if name == 'files':
     source = files_lib.FilesSource(
         train_files=data_config.train_files, validation_files=data_config.validation_files,
         test_files=data_config.test_files, columns=files_lib.Columns.of(data_config),
         workdir=workdir, regression=data_config.regression)
-  elif name in data.TFDS_TEXT_DATASETS:
+  elif name in data.TFDS_TEXT_DATASETS or name in data.TFDS_CORPORA:
     source = sources.tfds_text_source(name, data_config.data_dir)
   elif name in data.EMBEDDED_DATASETS:
     builder = embedded_builder(name, data_config.data_dir)
     source = sources.embedded_source(builder)
   else:
     raise ValueError(f'Unknown data.name {name!r}; valid: {data.DATASET_NAMES}')
+  return source, builder
 
+
+def load(data_config: ml_collections.ConfigDict, workdir: str | None, *,
+         pair_layout: str = 'joint', task: str = 'classify') -> Dataset | LanguageModelDataset:
+  """Resolves ``data.name`` to a source, tokenizer and info (preparing embedded datasets);
+  sentence pairs are batched as ``pair_layout`` says ('joint' or 'dual', ``data/pipeline.py``).
+  A language model (``task`` mlm or clm) reads the source's texts as documents."""
+  name = data_config.name
+  source, builder = _source(data_config, workdir, task)
+  if task != 'classify':
+    return LanguageModelDataset.load(data_config, workdir, source, task)
   lengths = _natural_lengths(builder, source.splits, data_config.max_length)
   if lengths['train'] > data_config.max_length:
     raise ValueError(f'{name} has training sequences of {lengths["train"]} tokens (with [CLS]); '
@@ -178,6 +206,11 @@ class Dataset:
   tokenizer: tokenizers.Tokenizer
   prefetch: int
   pair_layout: str = 'joint'
+
+  def num_examples(self, split: str, length: int | None = None) -> int:
+    """Examples in the whole split (at any length)."""
+    del length
+    return self.source.num_examples(split)
 
   def train_batches(self, *, seed: int, global_batch_size: int, start_step: int = 0,
                     process_index: int | None = None,
@@ -239,3 +272,94 @@ def eval_splits_for_length(info: DatasetInfo, length: int) -> list[str]:
     return chosen
   raise ValueError(f'{info.name} has test splits of lengths {sorted(set(tests.values()))}, none '
                    f'of {length} tokens')
+
+
+@dataclasses.dataclass(frozen=True, eq=False)  # hashed by identity: the caches below
+class LanguageModelDataset:
+  """A corpus for a masked or causal language model (``data/lm.py``): the same methods as
+  ``Dataset``. Splits ``test_<n>`` are the test split packed at n tokens (``data.eval_lengths``)."""
+
+  info: DatasetInfo
+  source: sources.Source
+  tokenizer: tokenizers.Tokenizer
+  targets: lm.Targets
+  eval_tokens: int
+
+  @classmethod
+  def load(cls, data_config: ml_collections.ConfigDict, workdir: str | None,
+           source: sources.Source, task: str) -> LanguageModelDataset:
+    tokenizer = load_tokenizer(data_config, workdir,
+                               lambda: lm.corpus_texts(source.read, 'train'))
+    if task == 'mlm' and tokenizer.specials.mask is None:
+      raise ValueError(f'data.tokenizer={data_config.tokenizer} has no [MASK] token, which '
+                       'train.task=mlm needs: use a tokenizer that has one (byte, wordpiece, '
+                       'bpe, or a SentencePiece model trained by this version).')
+    length = data_config.max_length
+    extra = [int(n) for n in str(data_config.eval_lengths).split(',') if n.strip()]
+    masking = lm.Masking(tokenizer, tokenizer.vocab_size, data_config.mask_rate,
+                         data_config.whole_word_masking) if task == 'mlm' else None
+    info = DatasetInfo(
+        name=data_config.name, num_classes=tokenizer.vocab_size, class_names=(),
+        vocab_size=tokenizer.vocab_size, train_length=length,
+        eval_splits={'validation': length, 'test': length,
+                     **{f'test_{n}': n for n in extra if n != length}},
+        num_train_examples=source.num_examples('train'), task=task)
+    return cls(info, source, tokenizer, lm.Targets(task, masking, data_config.seed),
+               data_config.eval_tokens)
+
+  def stream(self, split: str) -> lm.Stream:
+    """A split's documents tokenized (cached; ``test_<n>`` is ``test``)."""
+    return _stream(self, split.split('_')[0])
+
+  def _split_rows(self, split: str, length: int) -> dict:
+    stream = self.stream(split)
+    if split != 'train':
+      stream = lm.Stream(stream.ids[:self.eval_tokens], stream.documents[:self.eval_tokens])
+    return lm.pack(stream, length)
+
+  def num_examples(self, split: str, length: int | None = None) -> int:
+    """Rows of ``split`` packed at ``length`` (default: its length)."""
+    return len(self._split_rows(split, length or self._length(split))['inputs'])
+
+  def _length(self, split: str) -> int:
+    return {'train': self.info.train_length, **self.info.eval_splits}[split]
+
+  def packing_efficiency(self, split: str = 'train') -> float:
+    return lm.packing_efficiency(self.stream(split), self._length(split))
+
+  def train_batches(self, *, seed: int, global_batch_size: int, start_step: int = 0,
+                    process_index: int | None = None,
+                    process_count: int | None = None) -> Iterator[dict]:
+    """As ``Dataset.train_batches``, of packed rows (``data/lm.py``)."""
+    index, _, batch_size = _process(process_index, process_count, global_batch_size)
+    packed = _train_rows(self)
+    return lm.train_batches(packed, self.targets, global_batch_size=global_batch_size,
+                            rows=(index * batch_size, batch_size), seed=seed,
+                            start_step=start_step)
+
+  def eval_batches(self, split: str, *, global_batch_size: int, max_length: int | None = None,
+                   process_index: int | None = None,
+                   process_count: int | None = None) -> Iterator[dict]:
+    """As ``Dataset.eval_batches``: the first ``data.eval_tokens`` tokens of the split, packed at
+    ``max_length`` (default: the split's length)."""
+    index, count, batch_size = _process(process_index, process_count, global_batch_size)
+    if split not in self.info.eval_splits and split != 'train':
+      raise ValueError(f'{self.info.name} has no split {split!r}; valid: '
+                       f'{list(self.info.eval_splits)}')
+    packed = self._split_rows(split, max_length or self._length(split))
+    num = len(packed['inputs'])
+    start, stop = sources.shard_bounds(num, index, count)
+    return lm.eval_batches({k: v[start:stop] for k, v in packed.items()}, self.targets,
+                           batch_size=batch_size,
+                           num_batches=math.ceil(math.ceil(num / count) / batch_size),
+                           first_slot=start)
+
+
+@functools.lru_cache(maxsize=8)
+def _stream(dataset: LanguageModelDataset, split: str) -> lm.Stream:
+  return lm.tokenize(dataset.tokenizer, lm.corpus_texts(dataset.source.read, split))
+
+
+@functools.lru_cache(maxsize=2)
+def _train_rows(dataset: LanguageModelDataset) -> dict:
+  return lm.pack(dataset.stream('train'), dataset.info.train_length)

@@ -366,3 +366,56 @@ class FilesSource:
     start, stop = shard_bounds(len(labels), shard_index, shard_count)
     return texts[start:stop], labels[start:stop]
 
+
+
+def read_documents(path: str, text_column: str) -> list[bytes]:
+  """The documents of one file, for pre-training: a plain-text file (.txt, optionally .gz) holds
+  documents separated by blank lines; CSV/TSV/JSONL files one per row (``text_column``)."""
+  lower = path.lower()
+  if lower.endswith(('.txt', '.txt.gz')):
+    if not os.path.isfile(path):
+      read_rows(path, Columns(text=text_column, label=''))  # the not-found message
+    with _open(path) as f:
+      content = f.read()
+    documents = re.split(r'\n[ \t]*\n', content)
+    return [_to_bytes(d.strip()) for d in documents if d.strip()]
+  return [row.text for row in read_rows(path, Columns(text=text_column, label=''))]
+
+
+class DocumentsSource:
+  """Train/validation/test documents of local files, for language models; without
+  ``validation_files`` a tenth of the training documents (seeded) is held out, and without
+  ``test_files`` the validation documents are the test split."""
+
+  splits = ('train', 'validation', 'test')
+  class_names = ()
+  pairs = False
+
+  def __init__(self, *, train_files: str, validation_files: str, test_files: str,
+               text_column: str):
+    if not _split_paths(train_files):
+      raise ValueError('data.name=files needs data.train_files (comma-separated paths), e.g. '
+                       '--config.data.train_files=corpus.txt.')
+    read = lambda paths: [d for p in _split_paths(paths) for d in read_documents(p, text_column)]
+    train = read(train_files)
+    validation = read(validation_files) if _split_paths(validation_files) else None
+    if validation is None:
+      held_out = np.zeros(len(train), bool)
+      perm = np.random.default_rng(_HOLDOUT_SEED).permutation(len(train))
+      held_out[perm[:max(1, int(len(train) * HOLDOUT_FRACTION))]] = True
+      train, validation = ([d for d, h in zip(train, held_out) if not h],
+                           [d for d, h in zip(train, held_out) if h])
+    test = read(test_files) if _split_paths(test_files) else validation
+    self._documents = {'train': train, 'validation': validation, 'test': test}
+    for split, documents in self._documents.items():
+      if not documents:
+        raise ValueError(f'The {split} split of data.name=files has no document: give more '
+                         f'text (blank lines separate documents in .txt files) or '
+                         f'data.{split}_files.')
+
+  def num_examples(self, split: str) -> int:
+    return len(self._documents[split])
+
+  def read(self, split: str) -> tuple[np.ndarray, np.ndarray]:
+    documents = self._documents[split]
+    return np.asarray(documents + [b''], object)[:-1], np.zeros(len(documents), np.int32)

@@ -69,7 +69,7 @@ class TfdsSource:
     self._fields = fields
     self.splits = tuple(fields.splits)
     self.pairs = fields.pair
-    self.class_names = (('value',) if fields.regression
+    self.class_names = (('value',) if fields.regression else () if fields.corpus
                         else tuple(builder.info.features['label'].names))
 
   def num_examples(self, split: str) -> int:
@@ -85,7 +85,7 @@ class TfdsSource:
     join = ((lambda ex: tf.stack([ex[k] for k in fields.text_keys], -1)) if fields.pair
             else (lambda ex: tf.strings.join([ex[k] for k in fields.text_keys], '\n')))
     dtype = tf.float32 if fields.regression else tf.int32
-    ds = ds.map(lambda ex: (join(ex), tf.cast(ex['label'], dtype)))
+    ds = ds.map(lambda ex: (join(ex), tf.cast(0 if fields.corpus else ex['label'], dtype)))
     batches = list(tfds.as_numpy(ds.batch(4096)))
     empty = np.zeros([0, 2] if fields.pair else [0], object)
     return (np.concatenate([empty] + [t.astype(object) for t, _ in batches]),
@@ -93,7 +93,7 @@ class TfdsSource:
 
 
 def tfds_text_source(name: str, data_dir: str | None) -> TfdsSource:
-  """A source for one of ``data.TFDS_TEXT_DATASETS``, which must already be prepared in data_dir:
+  """A source for one of ``data.TFDS_TEXT_DATASETS`` or ``data.TFDS_CORPORA``, which must already be prepared in data_dir:
   if not, FileNotFoundError saying how to prepare it (within a second, without network access)."""
   builder = tfds.builder(name, data_dir=data_dir)
   if not builder.is_prepared():
@@ -103,7 +103,7 @@ def tfds_text_source(name: str, data_dir: str | None) -> TfdsSource:
         f'`tfds build {name} --data_dir=DIR` (pip install tensorflow-datasets), copy '
         f'DIR/{name.split("/")[0]} into the data_dir here (data.data_dir, default '
         '~/tensorflow_datasets), or set --config.data.data_dir to a copy of DIR.')
-  return TfdsSource(builder, data.TFDS_TEXT_DATASETS[name])
+  return TfdsSource(builder, {**data.TFDS_TEXT_DATASETS, **data.TFDS_CORPORA}[name])
 
 
 def embedded_source(builder: tfds.core.GeneratorBasedBuilder) -> TfdsSource:

@@ -1,5 +1,6 @@
-"""Tokenizers: UTF-8 bytes (default), SentencePiece trained offline on the training split, and a
-Hugging Face tokenizer (``tokenizer.json`` or a WordPiece ``vocab.txt``, e.g. a checkpoint's).
+"""Tokenizers: UTF-8 bytes (default), SentencePiece, WordPiece and byte-level BPE trained offline
+on the training split (cached in the workdir), and a Hugging Face tokenizer (``tokenizer.json``
+or a WordPiece ``vocab.txt``, e.g. a checkpoint's).
 
 Every tokenizer carries its special ids (``specials``), and the pipeline reads them from there.
 Bytes and SentencePiece share the ids below and give [CLS] followed by the text's tokens, and
@@ -26,8 +27,8 @@ from data import storage
 
 PAD_ID = 0
 CLS_ID = 1
-SEP_ID = 2  # End of sequence; reserved, not added by the tokenizers.
-UNK_ID = 3
+SEP_ID = 2  # Between the texts of a pair, and ends each document of a language model's rows.
+UNK_ID = 3  # Bytes have no unknown token: for them this id is [MASK] (MLM).
 NUM_SPECIAL = 4  # Byte b has id b + NUM_SPECIAL.
 BYTE_VOCAB_SIZE = 256 + NUM_SPECIAL
 
@@ -47,6 +48,7 @@ class Specials:
 
 
 OWN_SPECIALS = Specials(pad=PAD_ID, cls=CLS_ID, sep=SEP_ID, unk=UNK_ID)
+MASK_PIECE = '[MASK]'  # SentencePiece models trained here have it (id 4)
 
 
 class Tokenizer(Protocol):
@@ -63,6 +65,20 @@ class Tokenizer(Protocol):
 
   def decode(self, ids: Iterable[int]) -> bytes:
     """Token ids -> text as UTF-8 bytes; special ids are dropped."""
+
+  def tokenize(self, texts: list[bytes]) -> list[np.ndarray]:
+    """Whole texts -> their token ids (int32, no special tokens, no truncation)."""
+
+  def word_starts(self, ids: np.ndarray) -> np.ndarray:
+    """bool, the shape of ``ids``: the token begins a word (whole-word masking)."""
+
+
+def _starts_from_table(continues_V: np.ndarray, ids: np.ndarray) -> np.ndarray:
+  """Word starts where a token does not continue a word (a vocabulary-wide table), and at the
+  first token."""
+  starts = ~continues_V[ids]
+  starts[..., 0] = True
+  return starts
 
 
 def _check_length(length: int) -> None:
@@ -98,10 +114,11 @@ def join_pairs(tokenizer: Tokenizer, texts_Bx2: tf.Tensor,
 
 
 class ByteTokenizer:
-  """UTF-8 bytes as tokens (id = byte + 4), no vocabulary; any byte string is valid input."""
+  """UTF-8 bytes as tokens (id = byte + 4), no vocabulary; any byte string is valid input, so
+  no byte is unknown and the [UNK] id serves as [MASK]."""
 
   vocab_size = BYTE_VOCAB_SIZE
-  specials = OWN_SPECIALS
+  specials = dataclasses.replace(OWN_SPECIALS, mask=UNK_ID)
 
   def encode_pairs(self, texts_Bx2: tf.Tensor, length: int) -> tuple[tf.Tensor, tf.Tensor]:
     return join_pairs(self, texts_Bx2, length)
@@ -118,16 +135,29 @@ class ByteTokenizer:
   def decode(self, ids: Iterable[int]) -> bytes:
     return bytes(int(i) - NUM_SPECIAL for i in ids if int(i) >= NUM_SPECIAL)
 
+  def tokenize(self, texts: list[bytes]) -> list[np.ndarray]:
+    return [np.frombuffer(t, np.uint8).astype(np.int32) + NUM_SPECIAL for t in texts]
+
+  def word_starts(self, ids: np.ndarray) -> np.ndarray:
+    """A word is a run of letters, digits and non-ASCII bytes; every other byte is its own."""
+    wordlike_V = np.zeros(BYTE_VOCAB_SIZE, bool)
+    wordlike_V[[b + NUM_SPECIAL for b in range(256)
+                if chr(b).isalnum() and b < 128 or b >= 128]] = True
+    wordlike = wordlike_V[ids]
+    previous = np.concatenate([np.zeros_like(wordlike[..., :1]), wordlike[..., :-1]], axis=-1)
+    return ~(wordlike & previous)
+
 
 class SentencePieceTokenizer:
   """A SentencePiece model whose ids 0-3 are [PAD], [CLS], [SEP], [UNK]; non-UTF-8 bytes are
   decoded as U+FFFD before encoding."""
 
-  specials = OWN_SPECIALS
-
   def __init__(self, model_proto: bytes):
     self._processor = spm.SentencePieceProcessor(model_proto=model_proto)
     self.vocab_size = self._processor.get_piece_size()
+    mask = self._processor.piece_to_id(MASK_PIECE)
+    self.specials = dataclasses.replace(OWN_SPECIALS,
+                                        mask=None if mask == self._processor.unk_id() else mask)
 
   def encode_pairs(self, texts_Bx2: tf.Tensor, length: int) -> tuple[tf.Tensor, tf.Tensor]:
     return join_pairs(self, texts_Bx2, length)
@@ -151,6 +181,15 @@ class SentencePieceTokenizer:
   def decode(self, ids: Iterable[int]) -> bytes:
     return self._processor.decode([int(i) for i in ids if int(i) >= NUM_SPECIAL]).encode('utf-8')
 
+  def tokenize(self, texts: list[bytes]) -> list[np.ndarray]:
+    pieces = self._processor.encode([t.decode('utf-8', errors='replace') for t in texts])
+    return [np.asarray(p, np.int32) for p in pieces]
+
+  def word_starts(self, ids: np.ndarray) -> np.ndarray:
+    continues_V = np.array([i >= NUM_SPECIAL and not self._processor.id_to_piece(i).startswith(
+        '\u2581') for i in range(self.vocab_size)])
+    return _starts_from_table(continues_V, ids)
+
 
 def train_sentencepiece(texts: Iterable[bytes], vocab_size: int, *, seed: int = 0) -> bytes:
   """Trains a unigram SentencePiece model offline and returns the serialized model.
@@ -165,6 +204,7 @@ def train_sentencepiece(texts: Iterable[bytes], vocab_size: int, *, seed: int = 
       vocab_size=vocab_size, hard_vocab_limit=False, model_type='unigram',
       pad_id=PAD_ID, bos_id=CLS_ID, eos_id=SEP_ID, unk_id=UNK_ID,
       pad_piece='[PAD]', bos_piece='[CLS]', eos_piece='[SEP]', unk_piece='[UNK]',
+      user_defined_symbols=[MASK_PIECE],
       input_sentence_size=1_000_000, shuffle_input_sentence=True, max_sentence_length=1 << 16,
       minloglevel=2)
   return model.getvalue()
@@ -279,6 +319,26 @@ class HuggingFaceTokenizer:
     dropped = {s.pad, s.cls, s.sep, s.mask}
     return self._decoder.decode([int(i) for i in ids if int(i) not in dropped]).encode('utf-8')
 
+  def tokenize(self, texts: list[bytes]) -> list[np.ndarray]:
+    encodings = self._decoder.encode_batch([t.decode('utf-8', errors='replace') for t in texts],
+                                           add_special_tokens=False)
+    return [np.asarray(e.ids, np.int32) for e in encodings]
+
+  def word_starts(self, ids: np.ndarray) -> np.ndarray:
+    """WordPiece: a '##' token continues a word; byte-level BPE: one without a leading space
+    (or newline) marker does; other models: one without SentencePiece's marker."""
+    kind = json.loads(self.serialized)['model']['type']
+    vocab = self._decoder.get_vocab(with_added_tokens=True)
+    continues_V = np.zeros(self.vocab_size, bool)
+    specials = set(dataclasses.astuple(self.specials))
+    for token, i in vocab.items():
+      if i in specials:
+        continue
+      continues_V[i] = (token.startswith('##') if kind == 'WordPiece' else
+                        not token.startswith(('\u0120', '\u010a')) if kind == 'BPE' else
+                        not token.startswith('\u2581'))
+    return _starts_from_table(continues_V, ids)
+
 
 def _wordpiece(vocab_path: str) -> hf_tokenizers.Tokenizer:
   """BERT's WordPiece tokenizer over ``vocab_path``, lower-casing as the directory's
@@ -338,3 +398,66 @@ def load_huggingface(workdir: str | None, path: str) -> HuggingFaceTokenizer:
     os.makedirs(workdir, exist_ok=True)
     storage.write_atomically(cached, given.encode('utf-8'))
   return tokenizer
+
+
+# Trained here: the special tokens come first, so their ids are 0-4 (read back by name).
+_TRAINED_SPECIALS = ['[PAD]', '[CLS]', '[SEP]', '[UNK]', '[MASK]']
+TRAINED_META_FILE = 'tokenizer_meta.json'
+
+
+def train_huggingface(kind: str, texts: Iterable[bytes], vocab_size: int) -> str:
+  """Trains a WordPiece (BERT's: lower-cased, split on whitespace and punctuation) or byte-level
+  BPE (GPT-2's: any byte string, no unknown token) tokenizer with the ``tokenizers`` library;
+  returns its tokenizer.json. Inputs are assembled as [CLS] a [SEP] (pairs [CLS] a [SEP] b
+  [SEP]). Deterministic for the same texts."""
+  models, trainers = hf_tokenizers.models, hf_tokenizers.trainers
+  if kind == 'wordpiece':
+    tokenizer = hf_tokenizers.Tokenizer(models.WordPiece(unk_token='[UNK]'))
+    tokenizer.normalizer = hf_tokenizers.normalizers.BertNormalizer(lowercase=True)
+    tokenizer.pre_tokenizer = hf_tokenizers.pre_tokenizers.BertPreTokenizer()
+    tokenizer.decoder = hf_tokenizers.decoders.WordPiece()
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=_TRAINED_SPECIALS,
+                                        show_progress=False)
+  elif kind == 'bpe':
+    byte_level = hf_tokenizers.pre_tokenizers.ByteLevel
+    tokenizer = hf_tokenizers.Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = byte_level(add_prefix_space=False)
+    tokenizer.decoder = hf_tokenizers.decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=_TRAINED_SPECIALS,
+                                  initial_alphabet=byte_level.alphabet(), show_progress=False)
+  else:
+    raise ValueError(f'Unknown trained tokenizer {kind!r}; valid: wordpiece, bpe')
+  tokenizer.train_from_iterator((t.decode('utf-8', errors='replace') for t in texts), trainer)
+  ids = {t: tokenizer.token_to_id(t) for t in ('[CLS]', '[SEP]')}
+  tokenizer.post_processor = hf_tokenizers.processors.TemplateProcessing(
+      single='[CLS] $A [SEP]', pair='[CLS] $A [SEP] $B:1 [SEP]:1',
+      special_tokens=list(ids.items()))
+  return tokenizer.to_str()
+
+
+def load_or_train_huggingface(workdir: str, kind: str, dataset: str, vocab_size: int,
+                              read_training_texts: Callable[[], Iterable[bytes]] | None
+                              ) -> HuggingFaceTokenizer:
+  """``workdir/tokenizer.json``, or a ``kind`` tokenizer trained on ``read_training_texts()``
+  and saved there with ``tokenizer_meta.json`` (what it was trained for: a workdir reused with
+  other settings is an error, as for SentencePiece)."""
+  path, meta_path = os.path.join(workdir, HF_TOKENIZER_FILE), os.path.join(workdir, TRAINED_META_FILE)
+  meta = {'tokenizer': kind, 'dataset': dataset, 'vocab_size': vocab_size}
+  if os.path.exists(path):
+    cached = None
+    if os.path.exists(meta_path):
+      with open(meta_path) as f:
+        cached = json.load(f)
+    if cached != meta:
+      raise ValueError(f'{path} was made for {cached}, not {meta}: use another workdir, or '
+                       f'delete {HF_TOKENIZER_FILE} and {TRAINED_META_FILE} to retrain.')
+    with open(path) as f:
+      return HuggingFaceTokenizer(f.read())
+  if read_training_texts is None:
+    raise FileNotFoundError(f'{workdir} has no {HF_TOKENIZER_FILE}: it was not trained with '
+                            f'data.tokenizer={kind}, or the file was removed.')
+  serialized = train_huggingface(kind, read_training_texts(), vocab_size)
+  os.makedirs(workdir, exist_ok=True)
+  storage.write_json(meta_path, meta)
+  storage.write_atomically(path, serialized.encode('utf-8'))
+  return HuggingFaceTokenizer(serialized)

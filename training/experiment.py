@@ -41,7 +41,7 @@ class Experiment:
     self.workdir = workdir
     self.mesh = mesh = validation.check_devices(config) if mesh is None else mesh
     self.dataset = datasets.load(config.data, workdir, pair_layout=(
-        'dual' if config.model.dual_encoder else 'joint'))
+        'dual' if config.model.dual_encoder else 'joint'), task=config.train.task)
     self.info = self.dataset.info
     self.model_config = validation.model_config(
         config, vocab_size=self.info.vocab_size, num_classes=self.info.num_classes)
@@ -160,7 +160,7 @@ class Experiment:
     size = self.eval_batch_size(max_length or self.info.eval_splits.get(
         split, self.info.train_length))
     # As few batches as at this size, as small as they can be: no batch of mostly padding.
-    num, unit = self.dataset.source.num_examples(split), self._eval_unit()
+    num, unit = self.dataset.num_examples(split, max_length), self._eval_unit()
     size = min(size, math.ceil(num / max(1, math.ceil(num / size)) / unit) * unit)
     return self.dataset.eval_batches(split, global_batch_size=size, max_length=max_length,
                                      **self._shard(size))
@@ -178,6 +178,8 @@ class Experiment:
     per_token = 16 * cfg.hidden_size + cfg.mlp_dim  # hidden states and feed-forward, float32
     if cfg.attention == 'softmax':  # logits, probabilities and a temporary per head
       per_token += 3 * cfg.num_heads * length
+    if cfg.language_model:  # logits over the vocabulary
+      per_token += cfg.vocab_size
     live = 1 if self.member_mode == 'loop' else len(self.seeds)  # members computed at once
     per_example = 4 * live * length * per_token * (2 if cfg.dual_encoder else 1)
     size = self.config.train.eval_batch_size
@@ -194,7 +196,8 @@ class Experiment:
   def evaluate(self, params, batches: Iterable[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     """Per-seed metrics over every example of ``batches`` (sums reduced on host): loss, count,
     and accuracy (+ F1 of class 1 for two classes), or for regression Pearson's and Spearman's
-    correlation; ``score`` is the one that ranks checkpoints (accuracy, or Pearson's r)."""
+    correlation, or for a language model token accuracy and perplexity (per predicted token);
+    ``score`` is the one that ranks checkpoints (accuracy, Pearson's r, or minus the loss)."""
     totals, examples = None, []
     for local in batches:
       sums = jax.device_get(self.eval_step(params, self.global_batch(local)))
@@ -212,7 +215,10 @@ class Experiment:
       results['score'] = results['pearson']
       return results
     results['accuracy'] = results['score'] = totals['correct_sum'] / count
-    if 'true_positive_sum' in totals:
+    if self.model_config.language_model:
+      results['perplexity'] = np.exp(results['loss'])
+      results['score'] = -results['loss']
+    elif 'true_positive_sum' in totals:
       tp, fp, fn = (totals[f'{k}_sum'] for k in ('true_positive', 'false_positive',
                                                  'false_negative'))
       results['f1'] = 2 * tp / np.maximum(2 * tp + fp + fn, 1.0)

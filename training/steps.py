@@ -19,7 +19,8 @@ from flax import nnx
 from training import optim
 
 # inputs, positions and mask (true at real tokens) [B, L] (two towers: [B, 2, L]), token_types
-# [B, L] for joint sentence pairs; label and weight [B]
+# [B, L] for joint sentence pairs; label and weight [B]. Language models (data/lm.py): segments
+# [B, L], targets and target_weights [B, M], MLM's target_positions [B, M]; no label or weight.
 Batch = dict[str, jax.Array]
 Params = Any
 
@@ -68,6 +69,18 @@ def loss_and_metrics(logits_BxC: jax.Array, batch: Batch,
   return (losses_B * weight_B).sum() / denom, sums
 
 
+def forward(model, batch: Batch, rngs: nnx.Rngs | None = None) -> tuple[jax.Array, Batch]:
+  """The model's logits on a batch and what ``loss_and_metrics`` scores them against: a
+  classifier's [B, C] and the batch; a language model's [B M, V] and its targets as labels."""
+  inputs, positions, mask = batch['inputs'], batch['positions'], batch['mask']
+  if 'targets' not in batch:
+    return model(inputs, positions, mask, batch.get('token_types'), rngs=rngs), batch
+  logits_BxMxV = model(inputs, positions, mask, rngs=rngs, segments_BxL=batch['segments'],
+                       target_positions_BxM=batch.get('target_positions'))
+  return (logits_BxMxV.reshape(-1, logits_BxMxV.shape[-1]),
+          {'label': batch['targets'].reshape(-1), 'weight': batch['target_weights'].reshape(-1)})
+
+
 def make_step_fns(train_graphdef: nnx.GraphDef, eval_graphdef: nnx.GraphDef,
                   tx: optax.GradientTransformation, schedule_shape: optax.Schedule,
                   grad_accum_steps: int, skip_nonfinite: bool, regression: bool = False):
@@ -77,14 +90,12 @@ def make_step_fns(train_graphdef: nnx.GraphDef, eval_graphdef: nnx.GraphDef,
 
   def train_step(state: TrainState, batch: Batch) -> tuple[TrainState, dict]:
     dropout_key = jax.random.fold_in(state.key, state.step)
-    inputs, positions, mask = batch['inputs'], batch['positions'], batch['mask']
 
     def loss_fn(params):
       model = nnx.merge(train_graphdef, params)
-      logits = model(inputs, positions, mask, batch.get('token_types'),
-                     rngs=nnx.Rngs(dropout=dropout_key))
+      logits, scored = forward(model, batch, nnx.Rngs(dropout=dropout_key))
       with jax.named_scope('loss'):
-        return loss_and_metrics(logits, batch, regression)
+        return loss_and_metrics(logits, scored, regression)
 
     (loss, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
     with jax.named_scope('optimizer'):
@@ -105,9 +116,8 @@ def make_step_fns(train_graphdef: nnx.GraphDef, eval_graphdef: nnx.GraphDef,
                  * schedule_shape(state.step // grad_accum_steps), skipped=skipped))
 
   def eval_step(params: Params, batch: Batch) -> dict:
-    inputs, positions, mask = batch['inputs'], batch['positions'], batch['mask']
-    logits = nnx.merge(eval_graphdef, params)(inputs, positions, mask, batch.get('token_types'))
-    sums = loss_and_metrics(logits, batch, regression)[1]
+    logits, scored = forward(nnx.merge(eval_graphdef, params), batch)
+    sums = loss_and_metrics(logits, scored, regression)[1]
     if regression:
       sums.update(prediction=logits[:, 0].astype(jnp.float32),
                   target=batch['label'].astype(jnp.float32), weight=batch['weight'])

@@ -100,6 +100,10 @@ def _setup(config: ml_collections.ConfigDict, workdir: str, mesh: jax.sharding.M
     state = exp.init_state()
     if config.train.init_from:
       state = init_from.initial_state(state, exp, config)
+  if exp.model_config.language_model:
+    console(f'{exp.info.name}: {len(exp.dataset.stream("train").ids):,} training tokens packed '
+            f'into rows of {exp.info.train_length} at '
+            f'{100 * exp.dataset.packing_efficiency():.2f}% efficiency (real tokens / slots).')
   console(f'{exp.model_config.position}/{exp.model_config.attention} model, '
           f'{exp.num_params:,} parameters, {len(exp.seeds)} member(s) ({exp.member_mode}), '
           f'{jax.process_count()} process(es), {jax.device_count()} device(s), '
@@ -201,6 +205,9 @@ def _summarize(run: _Run, state: Any, last_eval: dict | None) -> dict[str, Any]:
   summary = {
       'position': exp.model_config.position,
       'attention': exp.model_config.attention,
+      'task': exp.model_config.task,
+      **({'packing_efficiency': exp.dataset.packing_efficiency()}
+         if exp.model_config.language_model else {}),
       'dataset': run.config.data.name,
       'seeds': exp.seeds,
       'learning_rates': exp.learning_rates,

@@ -41,7 +41,7 @@ def model_config(config: ml_collections.ConfigDict, *, vocab_size: int,
                  num_classes: int) -> models.ModelConfig:
   """The model of a run: the ``model`` and ``rope`` groups plus the data's sizes."""
   return models.ModelConfig(**config.model, rope=rope.RopeConfig(**config.rope),
-                            vocab_size=vocab_size, num_classes=num_classes)
+                            task=config.train.task, vocab_size=vocab_size, num_classes=num_classes)
 
 
 def validate(config: ml_collections.ConfigDict, workdir: str | None = None,
@@ -120,7 +120,16 @@ def check_run_fields(config: ml_collections.ConfigDict) -> None:
                      'warmup or train longer.')
   optim.schedule_shape(o, t.num_steps // o.grad_accum_steps)  # the schedule's name
   optim.learning_rates(o)
+  if not 0 < d.mask_rate < 1 or d.eval_tokens <= 0:
+    raise ValueError(f'data.mask_rate must be in (0, 1) and data.eval_tokens > 0, got '
+                     f'{d.mask_rate} and {d.eval_tokens}.')
+  try:
+    [int(n) for n in str(d.eval_lengths).split(',') if n.strip()]
+  except ValueError:
+    raise ValueError(f'data.eval_lengths={d.eval_lengths!r} must be comma-separated integers '
+                     '(or empty).') from None
   for field, value, valid in (('data.name', d.name, data.DATASET_NAMES),
+                              ('train.task', t.task, models.TASKS),
                               ('data.tokenizer', d.tokenizer, data.TOKENIZERS),
                               ('train.members', t.members, MEMBER_MODES)):
     if value not in valid:
@@ -135,6 +144,12 @@ def check_model(config: ml_collections.ConfigDict) -> models.ModelConfig:
     raise ValueError(f'model.max_length={cfg.max_length} is shorter than '
                      f'data.max_length={config.data.max_length}: model.position=learned has no '
                      'embedding for the later positions. Raise model.max_length.')
+  if cfg.language_model:
+    if config.data.name in data.TFDS_TEXT_DATASETS and data.TFDS_TEXT_DATASETS[
+        config.data.name].pair:
+      raise ValueError(f'data.name={config.data.name!r} is a sentence-pair task; pre-train '
+                       '(train.task mlm or clm) on a corpus or a one-text dataset.')
+    return cfg
   _check_labels(config.data)
   _check_pairs(config.data, cfg)
   return cfg
