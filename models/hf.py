@@ -452,8 +452,14 @@ def load_hf_roformer(path: str, base: ModelConfig, *, num_classes: int | None = 
 # ------------------------------------------------------------------ export to transformers
 
 
+def architecture(cfg: ModelConfig) -> str:
+  """The ``transformers`` class an export of ``cfg`` loads as."""
+  return {'classify': 'RoFormerForSequenceClassification', 'mlm': 'RoFormerForMaskedLM',
+          'clm': 'RoFormerForCausalLM'}[cfg.task]
+
+
 def check_exportable(cfg: ModelConfig) -> None:
-  """ValueError naming every field HF ``RoFormerForSequenceClassification`` cannot express."""
+  """ValueError naming every field HF RoFormer (``architecture(cfg)``) cannot express."""
   rope_cfg = cfg.rope
   problems = [
       f'{name}={value!r} (HF: {want!r})' for name, value, want in (
@@ -480,8 +486,8 @@ def _to_torch_linear(node: Mapping[str, Any], in_axes: int) -> tuple[np.ndarray,
 
 def export_state_dict(params: Mapping[Any, Any], cfg: ModelConfig,
                       num_positions: int) -> dict[str, np.ndarray]:
-  """This model's params -> RoFormerForSequenceClassification tensors (torch names, layouts);
-  the inverse of ``convert_state_dict``; ValueError if HF cannot express ``cfg``."""
+  """This model's params -> ``architecture(cfg)``'s tensors (torch names, layouts); the inverse
+  of ``convert_state_dict``; ValueError if HF cannot express ``cfg``."""
   check_exportable(cfg)
   params = jax.tree.map(np.asarray, dict(params))
   if cfg.rope.layout != HF_LAYOUT:  # back to HF's interleaved pairs
@@ -513,16 +519,26 @@ def export_state_dict(params: Mapping[Any, Any], cfg: ModelConfig,
     linear(f'{hf}.intermediate.dense', layer['intermediate'])
     linear(f'{hf}.output.dense', layer['output'])
     layer_norm(f'{hf}.output.LayerNorm', layer['output_norm'])
-  linear('classifier.dense', params['head']['dense'])
-  linear('classifier.out_proj', params['head']['out_proj'])
+  if cfg.language_model:  # RoFormerLMPredictionHead; the decoder is tied to the embeddings
+    linear('cls.predictions.transform.dense', params['head']['dense'])
+    layer_norm('cls.predictions.transform.LayerNorm', params['head']['layer_norm'])
+    sd['cls.predictions.bias'] = sd['cls.predictions.decoder.bias'] = params['head']['bias']
+    sd['cls.predictions.decoder.weight'] = sd[f'{p}embeddings.word_embeddings.weight']
+  else:
+    linear('classifier.dense', params['head']['dense'])
+    linear('classifier.out_proj', params['head']['out_proj'])
   return {k: np.ascontiguousarray(v, np.float32) for k, v in sd.items()}
 
 
 def export_config(cfg: ModelConfig, class_names: tuple[str, ...], num_positions: int,
                   pad_id: int) -> dict[str, Any]:
   """The config.json of ``export_state_dict``'s model."""
+  labels = {} if cfg.language_model else {
+      'id2label': dict(enumerate(class_names)),
+      'label2id': {name: i for i, name in enumerate(class_names)}}
   return {
-      'architectures': ['RoFormerForSequenceClassification'], 'model_type': 'roformer',
+      'architectures': [architecture(cfg)], 'model_type': 'roformer', 'is_decoder': cfg.causal,
+      'tie_word_embeddings': True, **labels,
       'vocab_size': cfg.vocab_size, 'embedding_size': cfg.embedding_size,
       'hidden_size': cfg.hidden_size, 'num_hidden_layers': cfg.num_layers,
       'num_attention_heads': cfg.num_heads, 'intermediate_size': cfg.mlp_dim,
@@ -530,6 +546,4 @@ def export_config(cfg: ModelConfig, class_names: tuple[str, ...], num_positions:
       'attention_probs_dropout_prob': cfg.attention_dropout_rate,
       'max_position_embeddings': num_positions, 'type_vocab_size': max(cfg.type_vocab_size, 1),
       'layer_norm_eps': cfg.layer_norm_eps, 'initializer_range': cfg.init_std,
-      'rotary_value': cfg.rope.rotary_value, 'pad_token_id': pad_id,
-      'id2label': dict(enumerate(class_names)),
-      'label2id': {name: i for i, name in enumerate(class_names)}}
+      'rotary_value': cfg.rope.rotary_value, 'pad_token_id': pad_id}

@@ -4,7 +4,8 @@
 
 Writes OUT/config.json and OUT/model.safetensors for
 ``transformers.RoFormerForSequenceClassification.from_pretrained(OUT)`` (PyTorch), with the
-run's class names as ``id2label``; with ``data.tokenizer=huggingface`` also OUT/tokenizer.json
+run's class names as ``id2label``, or for a pre-trained language model (``train.task``)
+``RoFormerForMaskedLM`` (mlm) or ``RoFormerForCausalLM`` (clm); with ``data.tokenizer=huggingface`` also OUT/tokenizer.json
 and tokenizer_config.json, so ``AutoTokenizer.from_pretrained(OUT)`` builds the same inputs.
 The parameters are one member's (the first of the learning rate the run chose), as predict.py
 uses. A model that HF RoFormer cannot express (another position scheme, linear attention,
@@ -70,7 +71,8 @@ def main(argv: list[str] | None = None) -> None:
   args = parse_args(argv)
   held = export(args.workdir, args.out, args.checkpoint)
   print(f'Exported {args.workdir} ({held}) -> {os.path.abspath(args.out)}: '
-        'transformers.RoFormerForSequenceClassification.from_pretrained(OUT)')
+        f'transformers.{hf.architecture(prediction.describe(args.workdir)[2])}'
+        '.from_pretrained(OUT)')
 
 
 if __name__ == '__main__':

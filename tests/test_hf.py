@@ -390,3 +390,27 @@ def test_export_round_trip_matches_transformers(classifier_dir, tmp_path):
     assert exported.config.id2label == {0: 'a', 1: 'b', 2: 'c'}
   with pytest.raises(ValueError, match="model.position='alibi'"):
     hf.check_exportable(BASE.replace(position='alibi'))
+
+
+@pytest.mark.parametrize('task', ['mlm', 'clm'])
+def test_language_model_export_matches_transformers(tmp_path, task):
+  """A pre-trained language model (random weights, std 0.2) exported as RoFormerForMaskedLM /
+  RoFormerForCausalLM gives the same vocabulary logits at every real position."""
+  cfg = BASE.replace(task=task, type_vocab_size=2, init_std=0.2, dropout_rate=0.0,
+                     deterministic=True)
+  graphdef, params = models.init(cfg, jax.random.key(3))
+  model = nnx.merge(graphdef, params)
+  ids = jnp.asarray(INPUTS['input_ids'])
+  positions = jnp.broadcast_to(jnp.arange(LENGTH), ids.shape)
+  mask = jnp.asarray(INPUTS['attention_mask'])
+  ours = np.asarray(model(ids, positions, mask, jnp.asarray(INPUTS['token_type_ids'])))
+  from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
+  save_file(hf.export_state_dict(nnx.to_pure_dict(params), cfg, 64),
+            str(tmp_path / 'model.safetensors'), metadata={'format': 'pt'})
+  (tmp_path / 'config.json').write_text(json.dumps(hf.export_config(cfg, (), 64, 0)))
+  exported = getattr(transformers, hf.architecture(cfg)).from_pretrained(str(tmp_path)).eval()
+  with torch.no_grad():
+    theirs = exported(**{k: torch.tensor(v) for k, v in INPUTS.items()}).logits.numpy()
+  real = INPUTS['attention_mask'].astype(bool)
+  np.testing.assert_allclose(ours[real], theirs[real], atol=1e-4)
+  assert exported.config.is_decoder == (task == 'clm')

@@ -79,7 +79,8 @@ def describe(workdir: str) -> tuple[Any, datasets.DatasetInfo, models.ModelConfi
   """(config, dataset info, model config) of a trained workdir (absolute path), without its
   training data when the run saved ``dataset.json``."""
   config = validation.load_config(workdir)
-  info = datasets.saved_info(workdir) or datasets.load(config.data, workdir).info
+  info = datasets.saved_info(workdir) or datasets.load(config.data, workdir,
+                                                      task=config.train.task).info
   cfg = validation.model_config(config, vocab_size=info.vocab_size, num_classes=info.num_classes)
   return config, info, cfg
 
@@ -90,6 +91,10 @@ def predict(workdir: str, input_path: str, *, checkpoint: str = 'best',
   value)."""
   workdir = validation.check_workdir(workdir)
   config, info, cfg = describe(workdir)
+  if cfg.language_model:
+    raise ValueError(f'{workdir} holds a language model (train.task={cfg.task}); predict.py '
+                     'runs classifiers. Fine-tune it first: train.py with '
+                     f'--config.train.init_from={workdir}.')
   texts = files.read_inputs(input_path, files.Columns.of(config.data))
   tokenizer = datasets.load_tokenizer(config.data, workdir)
   cfg = cfg.replace(deterministic=True)
