@@ -163,7 +163,10 @@ def get_config(**overrides: Any):
 
 
 def model_config(c):
-  return validation.model_config(c, vocab_size=VOCAB_SIZE, num_classes=NUM_CLASSES)
+  """The model of a benchmark config: the byte vocabulary, or ``c.data.sp_vocab_size`` tokens
+  for a language model (``train.task``), as a trained WordPiece gives."""
+  vocab = VOCAB_SIZE if c.train.task == 'classify' else c.data.sp_vocab_size
+  return validation.model_config(c, vocab_size=vocab, num_classes=NUM_CLASSES)
 
 
 def synthetic_batch(batch_size: int, length: int, *, seed: int = 0,

@@ -1,5 +1,6 @@
-"""Hugging Face ``FlaxRoFormerForSequenceClassification`` train and forward steps for the
-benchmarks: the same step body as ``training.steps.make_step_fns`` around HF's model."""
+"""Hugging Face ``FlaxRoFormerForSequenceClassification`` (and ``FlaxRoFormerForMaskedLM``)
+train and forward steps for the benchmarks: the same step body as
+``training.steps.make_step_fns`` around HF's model."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from benchmarks import common
 
 
 def hf_model(cfg, max_length: int):
-  """A randomly initialised FlaxRoFormerForSequenceClassification matching ``cfg`` (its compute
-  dtype too)."""
+  """A randomly initialised FlaxRoFormerForSequenceClassification (``cfg.task`` mlm:
+  FlaxRoFormerForMaskedLM) matching ``cfg`` (its compute dtype too)."""
   import transformers  # pylint: disable=g-import-not-at-top
   hf_config = transformers.RoFormerConfig(
       vocab_size=cfg.vocab_size, embedding_size=cfg.embedding_size, hidden_size=cfg.hidden_size,
@@ -21,8 +22,22 @@ def hf_model(cfg, max_length: int):
       max_position_embeddings=max_length, type_vocab_size=max(cfg.type_vocab_size, 1),
       initializer_range=cfg.init_std, layer_norm_eps=cfg.layer_norm_eps, rotary_value=False,
       num_labels=cfg.num_classes)
-  return transformers.FlaxRoFormerForSequenceClassification(hf_config, seed=0,
-                                                            dtype=cfg.compute_dtype)
+  kind = (transformers.FlaxRoFormerForMaskedLM if cfg.language_model
+          else transformers.FlaxRoFormerForSequenceClassification)
+  return kind(hf_config, seed=0, dtype=cfg.compute_dtype)
+
+
+def _scored(logits, batch):
+  """What the loss scores: a classifier's logits and batch; HF's MLM logits at every position
+  [B, L, V] against the batch's masked tokens spread over all positions (weight 0 elsewhere)."""
+  if 'targets' not in batch:
+    return logits, batch
+  rows = jnp.arange(logits.shape[0])[:, None]
+  where = batch['target_positions']
+  labels = jnp.zeros(logits.shape[:2], jnp.int32).at[rows, where].set(batch['targets'])
+  weights = jnp.zeros(logits.shape[:2], jnp.float32).at[rows, where].add(batch['target_weights'])
+  return logits.reshape(-1, logits.shape[-1]), {'label': labels.reshape(-1),
+                                                'weight': weights.reshape(-1)}
 
 
 def hf_steps(model, tx, schedule):
@@ -40,7 +55,7 @@ def hf_steps(model, tx, schedule):
     dropout_key = jax.random.fold_in(state.key, state.step)
 
     def loss_fn(params):
-      return steps.loss_and_metrics(logits_fn(params, batch, dropout_key), batch)
+      return steps.loss_and_metrics(*_scored(logits_fn(params, batch, dropout_key), batch))
 
     (loss, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
     grad_norm = optax.global_norm(grads)
@@ -54,7 +69,7 @@ def hf_steps(model, tx, schedule):
     return new_state, metrics
 
   def eval_step(params, batch):
-    return steps.loss_and_metrics(logits_fn(params, batch, None), batch)[1]
+    return steps.loss_and_metrics(*_scored(logits_fn(params, batch, None), batch))[1]
 
   return train_step, eval_step
 

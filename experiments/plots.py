@@ -42,10 +42,10 @@ def plot_decay(path: str, *, head_dim: int = 128, base: float = 10000.0,
           title=f'RoPE long-term decay (d={head_dim}, base={base:g})')
 
 
-def plot_learning_curves(path: str, curves, *, title: str) -> None:
-  """Validation accuracy vs step per scheme: mean over seeds with a min-max band.
-
-  ``curves``: label -> (steps [T], accuracy [seeds, T]).
+def plot_learning_curves(path: str, curves, *, title: str,
+                         ylabel: str = 'validation accuracy') -> None:
+  """Validation accuracy (or ``ylabel``) vs step per scheme: mean over seeds with a min-max
+  band. ``curves``: label -> (steps [T], values [seeds, T]).
   """
   fig, ax = plt.subplots(figsize=(7, 4))
   for label, (steps, acc) in curves.items():
@@ -55,21 +55,22 @@ def plot_learning_curves(path: str, curves, *, title: str) -> None:
     if acc.shape[0] > 1:
       ax.fill_between(steps, np.nanmin(acc, 0), np.nanmax(acc, 0), color=line.get_color(),
                       alpha=0.15)
-  _finish(fig, ax, path, xlabel='train step', ylabel='validation accuracy', title=title)
+  _finish(fig, ax, path, xlabel='train step', ylabel=ylabel, title=title)
 
 
-def plot_extrapolation(path: str, curves, *, train_length: int, title: str) -> None:
+def plot_extrapolation(path: str, curves, *, train_length: int, title: str,
+                       ylabel: str = 'test accuracy') -> None:
   """Test accuracy vs evaluation length per scheme and split kind: mean over seeds, error bars
   the sample std. ``curves``: (label, kind) -> (lengths [K], accuracy [seeds, K]); kind 'near'
-  (markers within the training width) is drawn solid, 'far' (unseen distances) dashed."""
+  (markers within the training width) is drawn solid, 'far' (unseen distances) dashed, ''
+  (one kind only) solid without a suffix."""
   fig, ax = plt.subplots(figsize=(8, 4.5))
   colors = {}
   for (label, kind), (lengths, acc) in curves.items():
     color = colors.setdefault(label, f'C{len(colors)}')
     ax.errorbar(lengths, acc.mean(0), yerr=acc.std(0, ddof=1) if len(acc) > 1 else None,
-                color=color, linestyle='-' if kind == 'near' else '--', marker='o', ms=3,
-                capsize=2, label=f'{label} ({kind})')
+                color=color, linestyle='--' if kind == 'far' else '-', marker='o', ms=3,
+                capsize=2, label=f'{label} ({kind})' if kind else label)
   ax.axvline(train_length, color='grey', lw=0.8)
   ax.set_xscale('log', base=2)
-  _finish(fig, ax, path, xlabel='evaluation length (tokens)', ylabel='test accuracy',
-          title=title)
+  _finish(fig, ax, path, xlabel='evaluation length (tokens)', ylabel=ylabel, title=title)

@@ -32,8 +32,8 @@ from training.trainer import SUMMARY_FILE
 
 NOT_APPLICABLE_FILE = 'not_applicable.json'
 CSV_FIELDS = ('run', 'dataset', 'position', 'attention', 'seed', 'learning_rate', 'chosen',
-              'split', 'length', 'accuracy', 'num_params', 'step_time_s', 'step_memory_bytes',
-              'note')
+              'split', 'length', 'accuracy', 'loss', 'perplexity', 'num_params', 'step_time_s',
+              'step_memory_bytes', 'note')
 THRESHOLDS = (0.9, 0.99)  # of the best validation accuracy any scheme of the dataset reached
 TEST_TEXT = (
     'Comparisons are paired by seed: seed i of every scheme shares the data order and the '
@@ -57,6 +57,17 @@ class Run:
   summary: dict[str, Any] | None = None
   not_applicable: str | None = None
   step_memory: int | None = None  # bytes of one compiled train step (ablation.report_memory)
+
+  @property
+  def language_model(self) -> bool:
+    return bool(self.summary) and self.summary.get('task', 'classify') != 'classify'
+
+  def loss(self, split: str) -> np.ndarray | None:
+    """The chosen members' loss on ``split`` (per predicted token for a language model)."""
+    if split == 'validation':
+      return np.asarray(self.summary['validation_loss'])[self.chosen]
+    result = self.summary['eval'].get(split, {})
+    return np.asarray(result['loss']) if 'loss' in result else None
 
   @property
   def train_length(self) -> int | None:
@@ -116,13 +127,14 @@ def _mean_std(values: np.ndarray | None) -> str:
           else f'{100 * values.mean():.1f}')
 
 
-def learning_curve(run: Run) -> tuple[np.ndarray, np.ndarray]:
-  """Steps [T] and the chosen members' validation accuracy [seeds, T] from metrics.jsonl."""
+def learning_curve(run: Run, key: str = 'validation/accuracy') -> tuple[np.ndarray, np.ndarray]:
+  """Steps [T] and the chosen members' ``key`` (validation accuracy) [seeds, T] from
+  metrics.jsonl."""
   rate = run.summary.get('learning_rate')
-  records = [r for r in metrics_lib.read_metrics(run.path) if 'validation/accuracy' in r
+  records = [r for r in metrics_lib.read_metrics(run.path) if key in r
              and r.get('peak_learning_rate', rate) == rate]
   steps = sorted({r['step'] for r in records})
-  by = {(r['seed'], r['step']): r['validation/accuracy'] for r in records}
+  by = {(r['seed'], r['step']): r[key] for r in records}
   return np.asarray(steps), np.array([[by.get((s, t), np.nan) for t in steps]
                                       for s in run.seeds])
 
@@ -226,11 +238,15 @@ def results_rows(runs: Sequence[Run]) -> list[dict[str, Any]]:
       member = dict(base, seed=seed, learning_rate=rate, chosen=i in run.chosen,
                     num_params=s['num_params'], step_time_s=s['step_time_s'],
                     step_memory_bytes=run.step_memory)
-      rows.append(dict(member, split='validation', accuracy=s['validation_accuracy'][i]))
+      lm = {'perplexity': float(np.exp(s['validation_loss'][i]))} if run.language_model else {}
+      rows.append(dict(member, split='validation', accuracy=s['validation_accuracy'][i],
+                       loss=s['validation_loss'][i], **lm))
       if i in run.chosen:
         k = run.chosen.index(i)
         rows += [dict(member, split=split, length=r['length'], note=r.get('not_applicable', ''),
-                      accuracy=r['accuracy'][k] if 'accuracy' in r else None)
+                      accuracy=r['accuracy'][k] if 'accuracy' in r else None,
+                      loss=r['loss'][k] if 'loss' in r else None,
+                      **({'perplexity': r['perplexity'][k]} if 'perplexity' in r else {}))
                  for split, r in s['eval'].items()]
   return rows
 
@@ -273,6 +289,104 @@ def _dataset_section(out_dir: str, dataset: str, runs: Sequence[Run], reference:
           budget_table(runs), '', figures, '']
 
 
+LM_THRESHOLDS = (1.10, 1.02)  # x the lowest final validation loss any scheme reached
+LM_TEXT = (
+    'Language models: perplexity is exp(mean cross-entropy per predicted token) on the first '
+    '`data.eval_tokens` tokens of the split, the same text at every evaluation length (documents '
+    'packed, never attending to each other); MLM predicts the masked 15%. Paired differences are '
+    'in loss (nats per token; negative: lower perplexity than the reference), tested as the '
+    'accuracies are.')
+
+
+def _perplexity_cells(runs: Sequence[Run], cols: list[tuple[str, int]]) -> list[str]:
+  """Scheme x column: perplexity mean ± std over seeds; the lowest mean per column in bold."""
+  done = [r for r in runs if r.summary]
+  best = {s: min((np.exp(r.loss(s)).mean() for r in done if r.loss(s) is not None),
+                 default=None) for s, _ in cols}
+  header = ['scheme', 'rate'] + [f'{s} (L={n})' for s, n in cols]
+  lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
+  for run in done:
+    cells = []
+    for split, _ in cols:
+      loss = run.loss(split)
+      if loss is None:
+        cells.append('n/a')
+        continue
+      ppl = np.exp(loss)
+      text = f'{ppl.mean():.2f}' + (f' ± {ppl.std(ddof=1):.2f}' if len(ppl) > 1 else '')
+      cells.append(f'**{text}**' if np.isclose(ppl.mean(), best[split]) else text)
+    lines.append(f'| {run.label} | {run.summary["learning_rate"]:g} | ' + ' | '.join(cells)
+                 + ' |')
+  return lines
+
+
+def _loss_comparisons(runs: Sequence[Run], cols: list[tuple[str, int]], reference: str) -> str:
+  """Scheme - reference in loss on every column: mean [95% CI], Holm p per column."""
+  ref = next((r for r in runs if r.summary and r.position == reference), None)
+  others = [r for r in runs if r.summary and r is not ref]
+  if ref is None or not others:
+    return f'(no finished `{reference}` run to compare with)'
+  cells = {}
+  for split, _ in cols:
+    results = [stats.paired(r.loss(split), ref.loss(split))
+               if r.loss(split) is not None and ref.loss(split) is not None else None
+               for r in others]
+    adjusted = stats.holm([res.p if res else float('nan') for res in results])
+    for run, res, p in zip(others, results, adjusted):
+      cells[run.name, split] = 'n/a' if res is None else (
+          f'{res.mean:+.3f} [{res.low:+.3f}, {res.high:+.3f}] p={p:.2g}'
+          + (' (zero variance)' if res.zero_variance else ''))
+  lines = ['| scheme | ' + ' | '.join(f'{s} (L={n})' for s, n in cols) + ' |',
+           '|' + '---|' * (len(cols) + 1)]
+  lines += [f'| {r.label} − {reference} | ' + ' | '.join(cells[r.name, s] for s, _ in cols)
+            + ' |' for r in others]
+  return '\n'.join(lines)
+
+
+def _steps_to_loss(runs: Sequence[Run]) -> str:
+  """Steps until the mean validation loss is within LM_THRESHOLDS of the best final one."""
+  done = [r for r in runs if r.summary]
+  curves = {r.name: learning_curve(r, 'validation/loss') for r in done}
+  best = min(float(np.nanmean(loss, axis=0)[-1]) for _, loss in curves.values() if loss.size)
+  lines = ['| scheme | ' + ' | '.join(f'steps to loss ≤ {t:g} x {best:.3f}'
+                                      for t in LM_THRESHOLDS) + ' | final validation loss |',
+           '|---|' + '---|' * (len(LM_THRESHOLDS) + 1)]
+  for run in done:
+    steps, loss = curves[run.name]
+    mean = np.nanmean(loss, axis=0)
+    reached = [next((str(int(t)) for t, l in zip(steps, mean) if l <= th * best), 'never')
+               for th in LM_THRESHOLDS]
+    lines.append(f'| {run.label} | ' + ' | '.join(reached) + f' | {mean[-1]:.3f} |')
+  return '\n'.join(lines)
+
+
+def _language_model_section(out_dir: str, dataset: str, runs: Sequence[Run],
+                            reference: str) -> list[str]:
+  cols, slug = columns(runs), re.sub(r'\W+', '_', dataset).strip('_')
+  done = [r for r in runs if r.summary]
+  plots.plot_learning_curves(os.path.join(out_dir, f'loss_{slug}.png'),
+                             {r.label: learning_curve(r, 'train/loss') for r in done},
+                             title=f'{dataset}: training loss (paper Figure 3)',
+                             ylabel='training loss')
+  curves = {}
+  for run in done:
+    points = [(n, np.exp(run.loss(s))) for s, n in cols[1:] if run.loss(s) is not None]
+    if len(points) > 1:
+      curves[run.label, ''] = (np.array([n for n, _ in points]),
+                                   np.stack([p for _, p in points], axis=1))
+  plots.plot_extrapolation(os.path.join(out_dir, f'perplexity_{slug}.png'), curves,
+                           train_length=cols[0][1], title=f'{dataset}: perplexity vs length',
+                           ylabel='test perplexity')
+  task = done[0].summary['task'] if done else ''
+  return [f'## {dataset} ({task})', '', f'Perplexity at the chosen rate, mean ± std over seeds; '
+          f'trained at L={cols[0][1]}; n/a: the scheme cannot run at that length.', '',
+          *_perplexity_cells(runs, cols), '', f'Paired differences with `{reference}` in loss '
+          '[95% CI], Holm-adjusted p:', '', _loss_comparisons(runs, cols, reference), '',
+          'Convergence (validation loss):', '', _steps_to_loss(runs), '', 'Budget and cost:', '',
+          budget_table(runs), '', f'![loss](loss_{slug}.png) ![perplexity](perplexity_{slug}.png)',
+          '']
+
+
 def write_report(out_dir: str, runs: Sequence[Run], *, command: str, config_json: str,
                  reference: str = 'rotary', extra: str = '') -> str:
   """Writes report.md, results.csv, results.json and the plots into out_dir; returns the md."""
@@ -282,12 +396,15 @@ def write_report(out_dir: str, runs: Sequence[Run], *, command: str, config_json
            'Step time: each run\'s median train-step time relative to `none`, measured run after '
            'run (benchmarks/ measures side by side). Step memory (where shown): what XLA '
            'allocates for one compiled train step of all the run\'s members (parameters, '
-           'optimizer state, batch, temporaries), from its memory analysis.', '']
+           'optimizer state, batch, temporaries), from its memory analysis.', '',
+           *([LM_TEXT, ''] if any(r.language_model for r in runs) else [])]
   # One section per dataset and training length: runs are compared only within one.
   for dataset, length in sorted({(r.dataset, r.train_length or 0) for r in runs}):
     group = [r for r in runs if r.dataset == dataset and (r.train_length or 0) == length]
     title = f'{dataset} (trained at {length})' if length else dataset
-    parts += _dataset_section(out_dir, title, group, reference)
+    section = (_language_model_section if any(r.language_model for r in group)
+               else _dataset_section)
+    parts += section(out_dir, title, group, reference)
   plots.plot_decay(os.path.join(out_dir, 'rope_decay.png'))
   parts += ['RoPE long-term decay (paper Figure 2) and scaling variants:', '',
             '![decay](rope_decay.png)', '', '## Config', '', '```json', config_json, '```', '']

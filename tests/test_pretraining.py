@@ -164,3 +164,27 @@ def test_pretraining_run_is_killed_and_resumed_bitwise(tmp_path, run_config, mon
     assert a.read() == b.read()
   jax.tree.map(np.testing.assert_array_equal, params_of(straight, 20),
                params_of(interrupted, 20))
+
+
+def test_pretrain_then_fine_tune_with_the_pretrained_tokenizer(tmp_path, run_config):
+  """MLM with a WordPiece trained here, then a classifier initialised from it with its
+  tokenizer.json (data.tokenizer=huggingface); a new vocabulary (wordpiece again) is refused."""
+  from training import init_from  # pylint: disable=g-import-not-at-top
+  pretrained = str(tmp_path / 'pretrained')
+  trainer.train_and_evaluate(lm_config(run_config, tmp_path, **{
+      'data.tokenizer': 'wordpiece', 'data.sp_vocab_size': 200, 'train.num_steps': 4,
+      'train.eval_every': 4, 'train.checkpoint_every': 4}), pretrained)
+  rows = ''.join(f'{" ".join(documents(1, i)[0].decode().split()[:8])},{i % 2}\n'
+                 for i in range(40))
+  (tmp_path / 'train.csv').write_text('text,label\n' + rows)
+  fine_tune = lambda **changes: run_config(**{
+      'data.name': 'files', 'data.train_files': str(tmp_path / 'train.csv'),
+      'data.max_length': 32, 'train.init_from': pretrained, 'train.num_steps': 2,
+      'data.tokenizer': 'huggingface', **changes})
+  trainer.train_and_evaluate(fine_tune(), str(tmp_path / 'tuned'))
+  with open(tmp_path / 'tuned' / 'tokenizer.json') as a, open(tmp_path / 'pretrained' /
+                                                              'tokenizer.json') as b:
+    assert a.read() == b.read()
+  with pytest.raises(init_from.InitFromError, match='data.tokenizer=huggingface'):
+    trainer.train_and_evaluate(fine_tune(**{'data.tokenizer': 'wordpiece'}),
+                               str(tmp_path / 'refused'))

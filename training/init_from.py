@@ -105,9 +105,18 @@ def check_source(config: ml_collections.ConfigDict) -> None:
   """Checks that the source's parameters fit this run's model (InitFromError naming fields)."""
   source = os.path.expanduser(config.train.init_from)
   kind = _kind(source)
+  if config.data.tokenizer in ('wordpiece', 'bpe'):
+    raise InitFromError(
+        f'data.tokenizer={config.data.tokenizer} would train a new vocabulary for this run, '
+        f'whose ids mean nothing to the parameters of train.init_from={source!r}. Fine-tune '
+        'with the source\'s tokenizer: --config.data.tokenizer=huggingface (its tokenizer.json '
+        'is copied into this workdir).')
   if kind == 'workdir':
     source_config = validation.load_config(source)
     theirs = {f: _field(source_config, f) for f in PARAMETER_FIELDS}
+    if (theirs['data.tokenizer'] in ('wordpiece', 'bpe') and config.data.tokenizer == 'huggingface'
+        and not config.data.tokenizer_path):
+      theirs['data.tokenizer'] = 'huggingface'  # its tokenizer.json is copied (copy_tokenizer)
   else:
     given = _checkpoint_fields(source, kind, config)
     theirs = {f: given[f] for f in _CHECKPOINT_FIELDS if f in given}
