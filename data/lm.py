@@ -105,9 +105,9 @@ class Masking:
     budget = int(round(self.rate * candidates.sum()))
     if budget == 0:
       return np.zeros([0], np.int64)
-    starts = np.ones_like(candidates)
-    if self.whole_word:
-      starts = self.tokenizer.word_starts(ids) | (row['positions'] == 0)
+    if not self.whole_word:
+      return np.sort(rng.permutation(np.flatnonzero(candidates))[:budget])
+    starts = self.tokenizer.word_starts(ids) | (row['positions'] == 0)
     words = np.cumsum(starts)  # word number of every token
     order = rng.permutation(np.unique(words[candidates]))
     chosen, size = [], 0
