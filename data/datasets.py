@@ -260,13 +260,13 @@ def eval_splits_for_length(info: DatasetInfo, length: int) -> list[str]:
   """The test splits to evaluate at ``length`` tokens.
 
   Datasets with test splits of several lengths (the probes: ``test``, ``test_128_near``,
-  ``test_128_far``, ...) map a length to its splits of exactly that length; other datasets
-  evaluate ``test`` at any length (``eval_batches(..., max_length=length)`` truncates or pads
+  ``test_128_far``, ...) map a length to its splits of exactly that length; other datasets (and
+  language-model corpora) evaluate ``test`` at any length (``eval_batches(..., max_length=length)`` truncates or pads
   it); ValueError if a dataset has per-length test splits but none of this length.
   """
   tests = {split: n for split, n in info.eval_splits.items()
            if split == 'test' or split.startswith('test_')}
-  if len(tests) == 1:
+  if len(tests) == 1 or info.task != 'classify':  # a corpus packs its test text at any length
     return ['test']
   if chosen := [split for split, n in tests.items() if n == length]:
     return chosen

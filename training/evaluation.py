@@ -187,10 +187,10 @@ def _splits(exp: Experiment, split: str, eval_lengths: Sequence[int]) -> list[tu
 
 
 def format_table(results: dict[str, Any]) -> str:
-  """A plain-text table: split, length, accuracy or Pearson's r (mean +- std over seeds) or why
-  not."""
-  metric = next((m for r in results['eval'].values() for m in ('accuracy', 'pearson') if m in r),
-                'accuracy')
+  """A plain-text table: split, length, perplexity (language models), Pearson's r or accuracy
+  (mean +- std over seeds) or why not."""
+  metric = next((m for r in results['eval'].values() for m in ('perplexity', 'pearson',
+                                                               'accuracy') if m in r), 'accuracy')
   rows = [f'{results["position"]}/{results["attention"]} (step {results["step"]}, '
           f'trained at length {results["train_length"]})',
           f'{"split":<12} {"length":>7}  {metric}']
