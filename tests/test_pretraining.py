@@ -3,6 +3,7 @@ tokenizers trained here, deterministic and resumable batches, MLM/CLM runs resum
 
 from __future__ import annotations
 
+import glob
 import itertools
 import json
 import os
@@ -164,6 +165,25 @@ def test_pretraining_run_is_killed_and_resumed_bitwise(tmp_path, run_config, mon
     assert a.read() == b.read()
   jax.tree.map(np.testing.assert_array_equal, params_of(straight, 20),
                params_of(interrupted, 20))
+  from training import evaluation  # pylint: disable=g-import-not-at-top
+  longer = evaluation.evaluate_workdir(straight, eval_lengths=[128])
+  assert 'perplexity' in longer['eval']['test@128']
+  assert 'perplexity' in evaluation.format_table(longer)
+
+
+def test_docs_corpus_is_real_text_split_by_document(tmp_path):
+  from data import corpus  # pylint: disable=g-import-not-at-top
+  missing = corpus.DocsConfig(name='m', python_docs=str(tmp_path / 'none*'))
+  with pytest.raises(FileNotFoundError, match='apt-get install python3-doc'):
+    corpus.load_documents(missing)
+  if not glob.glob(corpus.PYTHON_DOCS) or not os.path.isdir('/usr/share/man/man2'):
+    pytest.skip('apt-get install python3-doc manpages manpages-dev')
+  documents = corpus.load_documents(corpus.DocsConfig(name='all'))
+  size = sum(len(t.encode()) for split in documents.values() for t, _ in split)
+  assert size > 10 * 2**20
+  texts = {split: {t for t, _ in docs} for split, docs in documents.items()}
+  assert not texts['train'] & texts['validation'] and not texts['train'] & texts['test']
+  assert {s for _, s in documents['train']} == {0, 1}  # both sources
 
 
 def test_pretrain_then_fine_tune_with_the_pretrained_tokenizer(tmp_path, run_config):
