@@ -37,8 +37,9 @@ def tokens(seed: int = 0):
   return jnp.asarray(ids), jnp.asarray(positions), jnp.ones((2, LENGTH), bool)
 
 
-CAUSAL_CASES = [c + (impl,) for c in COMBOS for impl in ('explicit',)] + [
-    (p, 'softmax', 'chunked') for p in ('t5', 'alibi', 'rotary', 'shaw')]
+CAUSAL_CASES = [c + ('explicit',) for c in COMBOS] + [
+    (p, 'softmax', 'chunked') for p in ('t5', 'alibi', 'rotary', 'shaw')] + [
+    ('rotary', 'softmax', 'xla'), ('alibi', 'softmax', 'xla')]
 
 
 @pytest.mark.parametrize('case', CAUSAL_CASES, ids=combo_id)
@@ -63,15 +64,18 @@ def test_mlm_is_bidirectional():
   assert not np.allclose(before[:, 0], after[:, 0], atol=1e-4)
 
 
-PACKED_CASES = [c + (task,) for c in COMBOS for task in ('mlm', 'clm')]
+PACKED_CASES = [c + (task, 'explicit') for c in COMBOS for task in ('mlm', 'clm')] + [
+    (p, 'softmax', task, impl) for p in ('t5', 'rotary') for task in ('mlm', 'clm')
+    for impl in ('chunked', 'xla')]
 
 
 @pytest.mark.parametrize('case', PACKED_CASES, ids=combo_id)
 def test_packed_documents_never_attend_to_each_other(case):
   """Two documents packed in one row give exactly what each gives alone (positions restart),
   and perturbing the second document's tokens leaves the first's hidden states unchanged."""
-  position, attention, task = case
-  model = lm_model(lm_cfg(task, position, attention))
+  position, attention, task, impl = case
+  model = lm_model(lm_cfg(task, position, attention, attention_impl=impl,
+                          attention_chunk_size=4))
   ids = tokens()[0][:1]
   first = 5
   positions = jnp.asarray(np.r_[np.arange(first), np.arange(LENGTH - first)])[None]
