@@ -189,7 +189,9 @@ def initial_state(state: Any, exp: Any, config: ml_collections.ConfigDict) -> An
   theirs = {k: v for k, v in _flat(saved).items()
             if config.train.init_head or not k.startswith(HEAD + '/')}
   copied = {k: _mapped(ours[k], v, members, k) for k, v in theirs.items() if k in ours}
-  unexpected, fresh = sorted(set(theirs) - set(ours)), sorted(set(ours) - set(theirs))
+  # Unused: the source's arrays not copied (its head, unless init_head; a pre-trained language
+  # model's prediction head).
+  unexpected, fresh = sorted(set(_flat(saved)) - set(copied)), sorted(set(ours) - set(theirs))
   console(f'Initialised {len(copied)} of {len(ours)} parameter arrays from {source} '
           f'({described}); newly initialised: {", ".join(fresh) or "none"}; '
           f'unused from the source: {", ".join(unexpected) or "none"}.')
