@@ -208,3 +208,35 @@ def test_pretrain_then_fine_tune_with_the_pretrained_tokenizer(tmp_path, run_con
   with pytest.raises(init_from.InitFromError, match='data.tokenizer=huggingface'):
     trainer.train_and_evaluate(fine_tune(**{'data.tokenizer': 'wordpiece'}),
                                str(tmp_path / 'refused'))
+
+
+@pytest.mark.parametrize('name, splits', [('lm1b', ('train', 'test')),
+                                          ('wikipedia/20230601.en', ('train',)),
+                                          ('c4/en', ('train', 'validation'))])
+def test_tfds_corpora_with_mock_data(tmp_path, run_config, name, splits):
+  """A prepared TFDS corpus pre-trains (text only, no labels); classifying on it is refused."""
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  from tests.test_data import _write_split_metadata  # pylint: disable=g-import-not-at-top
+  data_dir = str(tmp_path / 'tfds')
+  _write_split_metadata(name, data_dir, 20, splits)
+  config = run_config(**{'data.name': name, 'data.data_dir': data_dir, 'data.max_length': 32})
+  with tfds.testing.mock_data(num_examples=20, policy=tfds.testing.MockPolicy.USE_FILES,
+                              data_dir=data_dir):
+    dataset = datasets.load(config.data, None, task='clm')
+    batch = next(dataset.train_batches(seed=0, global_batch_size=4))
+    assert batch['inputs'].shape == (4, 32) and batch['target_weights'].sum() > 0
+    assert sum(b['target_weights'].sum() for b in dataset.eval_batches(
+        'test', global_batch_size=4)) > 0
+    with pytest.raises(ValueError, match='unlabelled corpus'):
+      datasets.load(config.data, None)
+
+
+def test_jsonl_documents_and_a_missing_corpus_file(tmp_path):
+  path = tmp_path / 'docs.jsonl'
+  path.write_text('\n'.join(json.dumps({'body': d.decode()}) for d in documents(30)))
+  source = datasets.files_lib.DocumentsSource(train_files=str(path), validation_files='',
+                                              test_files='', text_column='body')
+  assert source.num_examples('train') == 27 and source.num_examples('validation') == 3
+  with pytest.raises(FileNotFoundError, match='not found'):
+    datasets.files_lib.DocumentsSource(train_files=str(tmp_path / 'none.txt'),
+                                       validation_files='', test_files='', text_column='text')
