@@ -361,7 +361,7 @@ def test_unknown_name_lists_valid_names():
   with pytest.raises(ValueError, match=r"Unknown data.name 'mnist'.*position_probes/order.*files"):
     info_of(_config(name='mnist'), workdir=None)
   with pytest.raises(ValueError, match='Unknown data.tokenizer'):
-    info_of(_config(tokenizer='wordpiece'), workdir=None)
+    info_of(_config(tokenizer='unigram-lm'), workdir=None)
 
 
 # ---------------------------------------------------------------- TFDS text datasets
