@@ -154,6 +154,9 @@ def _train() -> ml_collections.ConfigDict:
   # (loop on CPU, where benchmarks/seeds_bench.py measures vmap slower; vmap elsewhere).
   t.members = 'auto'
   t.batch_size = 32  # Global batch size (split across hosts and data-parallel devices).
+  # Instead of batch_size (set it to 0; exactly one of the two): examples per data-parallel
+  # device, so the global batch is this x the devices and one command fits any slice.
+  t.per_device_batch_size = 0
   t.num_steps = 300  # Optimizer steps.
   t.eval_every = 100  # Evaluate on the validation split every this many steps (and at the end).
   t.log_every = 20  # Write train metrics every this many steps.

@@ -233,3 +233,24 @@ def test_logical_rules_and_mesh_config_errors(run_config):
   config.mesh.dcn_data = 1
   mesh = partitioning.make_mesh(config.mesh)
   assert partitioning.process_rows(mesh, 16) == (0, 1)
+
+
+def test_per_device_batch_size_fits_256_devices(tmp_path, data_dir):
+  """The README's pod command on 256 simulated devices: FSDP 4 x data 64, one example per
+  device (global batch 256), evaluation batches rounded up to the devices; and the rule that
+  exactly one of the two batch sizes is set."""
+  workdir = tmp_path / 'pod'
+  proc = subprocess.run(
+      _train_command(workdir, data_dir, '--config.mesh.fsdp=4', '--config.train.batch_size=0',
+                     '--config.train.per_device_batch_size=1', '--config.train.num_steps=2',
+                     '--config.train.log_every=1', '--config.train.eval_every=2',
+                     '--config.train.checkpoint_every=2', '--config.train.eval_max_length=64'),
+      cwd=ROOT, env=_env(256), capture_output=True, text=True, timeout=900, check=False)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  assert "mesh {'data': 64, 'fsdp': 4, 'tensor': 1}" in proc.stdout + proc.stderr
+  assert os.path.isfile(workdir / 'summary.json')
+  from configs import tiny  # pylint: disable=g-import-not-at-top
+  both = tiny.get_config()
+  both.train.per_device_batch_size = 2
+  with pytest.raises(ValueError, match='exactly one of train.batch_size'):
+    validation.check_run_fields(both)

@@ -40,6 +40,7 @@ class Experiment:
     self.config = config
     self.workdir = workdir
     self.mesh = mesh = validation.check_devices(config) if mesh is None else mesh
+    self.batch_size = validation.global_batch_size(config, mesh)  # global, every process
     self.dataset = datasets.load(config.data, workdir, pair_layout=(
         'dual' if config.model.dual_encoder else 'joint'), task=config.train.task)
     self.info = self.dataset.info
@@ -137,7 +138,7 @@ class Experiment:
     temporaries and outputs, less what is donated), from the compiled step: XLA's static
     analysis, the same on every machine of a platform."""
     local = next(self.train_batches(0))
-    rows = self.config.train.batch_size
+    rows = self.batch_size
     batch = {k: jax.ShapeDtypeStruct((rows,) + v.shape[1:], v.dtype, sharding=self.batch_sharding)
              for k, v in local.items()}
     m = self.train_step.lower(self.abstract_with_shardings(), batch).compile().memory_analysis()
@@ -151,9 +152,9 @@ class Experiment:
 
   def train_batches(self, start_step: int) -> Iterator[dict[str, np.ndarray]]:
     """This process's rows of the training batches from ``start_step`` on."""
-    t = self.config.train
-    return self.dataset.train_batches(seed=self.config.data.seed, global_batch_size=t.batch_size,
-                                      start_step=start_step, **self._shard(t.batch_size))
+    return self.dataset.train_batches(seed=self.config.data.seed,
+                                      global_batch_size=self.batch_size, start_step=start_step,
+                                      **self._shard(self.batch_size))
 
   def eval_batches(self, split: str, max_length: int | None = None
                    ) -> Iterator[dict[str, np.ndarray]]:
@@ -182,7 +183,7 @@ class Experiment:
       per_token += cfg.vocab_size
     live = 1 if self.member_mode == 'loop' else len(self.seeds)  # members computed at once
     per_example = 4 * live * length * per_token * (2 if cfg.dual_encoder else 1)
-    size = self.config.train.eval_batch_size
+    size = validation.global_eval_batch_size(self.config, self.mesh)
     while size > unit and size // devices * per_example > _device_memory() / 2:
       size = max(unit, size // 2 // unit * unit)
     if size // devices * per_example > _device_memory() / 2:

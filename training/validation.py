@@ -100,7 +100,13 @@ def check_run_fields(config: ml_collections.ConfigDict) -> None:
   """The train, optim and data fields (what the runs of an ablation share)."""
   _check_groups(config)
   t, o, d = config.train, config.optim, config.data
-  for name in ('num_steps', 'batch_size', 'eval_batch_size', 'eval_every', 'log_every',
+  if (t.batch_size > 0) == (t.per_device_batch_size > 0) or min(t.batch_size,
+                                                                t.per_device_batch_size) < 0:
+    raise ValueError(f'Set exactly one of train.batch_size (global, got {t.batch_size}) and '
+                     f'train.per_device_batch_size (per data-parallel device, got '
+                     f'{t.per_device_batch_size}); the other must be 0, e.g. '
+                     '--config.train.batch_size=0 --config.train.per_device_batch_size=4.')
+  for name in ('num_steps', 'eval_batch_size', 'eval_every', 'log_every',
                'checkpoint_every', 'keep_checkpoints', 'num_seeds'):
     if t[name] <= 0:
       raise ValueError(f'train.{name} must be > 0, got {t[name]}: pass a positive integer, '
@@ -189,13 +195,29 @@ def check_devices(config: ml_collections.ConfigDict,
   """The mesh of ``config.mesh`` on ``devices`` (default: all), the batch sizes checked on it."""
   mesh = partitioning.make_mesh(config.mesh, devices)
   dp, processes = partitioning.data_parallel_size(mesh), jax.process_count()
-  for name in ('batch_size', 'eval_batch_size'):
-    size = config.train[name]
+  for name, size in (('batch_size', global_batch_size(config, mesh)),
+                     ('eval_batch_size', global_eval_batch_size(config, mesh))):
     if size % dp or size % processes:
       raise ValueError(f'train.{name}={size} is not divisible by the {dp} data-parallel '
                        f'devices and {processes} processes; use a multiple of '
                        f'{math.lcm(dp, processes)}.')
   return mesh
+
+
+def global_batch_size(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh) -> int:
+  """``train.batch_size``, or ``train.per_device_batch_size`` x the data-parallel devices."""
+  t = config.train
+  return t.batch_size or t.per_device_batch_size * partitioning.data_parallel_size(mesh)
+
+
+def global_eval_batch_size(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh) -> int:
+  """``train.eval_batch_size``; with a per-device batch size, rounded up to a multiple of the
+  data-parallel devices and processes (so that one command fits any slice)."""
+  size = config.train.eval_batch_size
+  if config.train.per_device_batch_size:
+    unit = math.lcm(partitioning.data_parallel_size(mesh), jax.process_count())
+    size = math.ceil(size / unit) * unit
+  return size
 
 
 def has_checkpoints(workdir: str) -> bool:
