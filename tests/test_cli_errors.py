@@ -84,7 +84,7 @@ CASES = [
          'data.max_length must be > 1'),
     Case('zero_steps', TRAIN + ('--config.train.num_steps=0',), 'train.num_steps must be > 0'),
     Case('negative_batch_size', TRAIN + ('--config.train.batch_size=-4',),
-         'train.batch_size must be > 0'),
+         'exactly one of train.batch_size'),
     Case('zero_seeds', TRAIN + ('--config.train.num_seeds=0',), 'train.num_seeds must be > 0'),
     Case('warmup_longer_than_training', TRAIN + ('--config.optim.warmup_steps=100',),
          'optim.warmup_steps=100 must be between 0 and the number of optimizer updates (20)'),
