@@ -32,12 +32,18 @@ def _scored(logits, batch):
   [B, L, V] against the batch's masked tokens spread over all positions (weight 0 elsewhere)."""
   if 'targets' not in batch:
     return logits, batch
-  rows = jnp.arange(logits.shape[0])[:, None]
-  where = batch['target_positions']
-  labels = jnp.zeros(logits.shape[:2], jnp.int32).at[rows, where].set(batch['targets'])
-  weights = jnp.zeros(logits.shape[:2], jnp.float32).at[rows, where].add(batch['target_weights'])
+  labels, weights = targets_everywhere(batch)
   return logits.reshape(-1, logits.shape[-1]), {'label': labels.reshape(-1),
                                                 'weight': weights.reshape(-1)}
+
+
+def targets_everywhere(batch) -> tuple[jax.Array, jax.Array]:
+  """An MLM batch's targets and weights at their positions in the rows, [B, L] each (label 0,
+  weight 0 at the unmasked positions)."""
+  shape = batch['inputs'].shape
+  rows, where = jnp.arange(shape[0])[:, None], batch['target_positions']
+  return (jnp.zeros(shape, jnp.int32).at[rows, where].set(batch['targets']),
+          jnp.zeros(shape, jnp.float32).at[rows, where].add(batch['target_weights']))
 
 
 def hf_steps(model, tx, schedule):

@@ -59,12 +59,8 @@ def mlm_batch(batch_size: int, length: int, vocab: int, seed: int = 0) -> dict:
 def everywhere(batch: dict) -> dict:
   """The same batch with the targets spread over every position (weight 0 where unmasked): our
   head then runs on every position, as HF's does."""
-  rows = jnp.arange(batch['inputs'].shape[0])[:, None]
-  where, shape = batch['target_positions'], batch['inputs'].shape
   full = {k: v for k, v in batch.items() if k != 'target_positions'}
-  full['targets'] = jnp.zeros(shape, jnp.int32).at[rows, where].set(batch['targets'])
-  full['target_weights'] = jnp.zeros(shape, jnp.float32).at[rows, where].add(
-      batch['target_weights'])
+  full['targets'], full['target_weights'] = hf_flax.targets_everywhere(batch)
   return full
 
 

@@ -311,15 +311,9 @@ class LanguageModelDataset:
     """A split's documents tokenized (cached; ``test_<n>`` is ``test``)."""
     return _stream(self, split.split('_')[0])
 
-  def _split_rows(self, split: str, length: int) -> dict:
-    stream = self.stream(split)
-    if split != 'train':
-      stream = lm.Stream(stream.ids[:self.eval_tokens], stream.documents[:self.eval_tokens])
-    return lm.pack(stream, length)
-
   def num_examples(self, split: str, length: int | None = None) -> int:
     """Rows of ``split`` packed at ``length`` (default: its length)."""
-    return len(self._split_rows(split, length or self._length(split))['inputs'])
+    return len(_rows(self, split.split('_')[0], length or self._length(split))['inputs'])
 
   def _length(self, split: str) -> int:
     return {'train': self.info.train_length, **self.info.eval_splits}[split]
@@ -332,7 +326,7 @@ class LanguageModelDataset:
                     process_count: int | None = None) -> Iterator[dict]:
     """As ``Dataset.train_batches``, of packed rows (``data/lm.py``)."""
     index, _, batch_size = _process(process_index, process_count, global_batch_size)
-    packed = _train_rows(self)
+    packed = _rows(self, 'train', self.info.train_length)
     return lm.train_batches(packed, self.targets, global_batch_size=global_batch_size,
                             rows=(index * batch_size, batch_size), seed=seed,
                             start_step=start_step)
@@ -346,7 +340,7 @@ class LanguageModelDataset:
     if split not in self.info.eval_splits and split != 'train':
       raise ValueError(f'{self.info.name} has no split {split!r}; valid: '
                        f'{list(self.info.eval_splits)}')
-    packed = self._split_rows(split, max_length or self._length(split))
+    packed = _rows(self, split.split('_')[0], max_length or self._length(split))
     num = len(packed['inputs'])
     start, stop = sources.shard_bounds(num, index, count)
     return lm.eval_batches({k: v[start:stop] for k, v in packed.items()}, self.targets,
@@ -360,6 +354,11 @@ def _stream(dataset: LanguageModelDataset, split: str) -> lm.Stream:
   return lm.tokenize(dataset.tokenizer, lm.corpus_texts(dataset.source.read, split))
 
 
-@functools.lru_cache(maxsize=2)
-def _train_rows(dataset: LanguageModelDataset) -> dict:
-  return lm.pack(dataset.stream('train'), dataset.info.train_length)
+@functools.lru_cache(maxsize=8)
+def _rows(dataset: LanguageModelDataset, split: str, length: int) -> dict:
+  """A split packed at ``length`` (cached: counted, then batched): all of train, the first
+  ``eval_tokens`` tokens of an evaluation split."""
+  stream = dataset.stream(split)
+  if split != 'train':
+    stream = lm.Stream(stream.ids[:dataset.eval_tokens], stream.documents[:dataset.eval_tokens])
+  return lm.pack(stream, length)

@@ -307,11 +307,12 @@ def save_classes(workdir: str | None, classes: Classes) -> None:
   storage.write_json(path, content)
 
 
-def _hold_out(rows: list[_Row]) -> tuple[list[_Row], list[_Row]]:
-  """(train, validation): a fixed HOLDOUT_FRACTION of the rows, seeded, held out."""
+def _hold_out(rows: list, minimum: int = 0) -> tuple[list, list]:
+  """(train, validation): a fixed HOLDOUT_FRACTION of the rows (at least ``minimum``), seeded,
+  held out."""
   held_out = np.zeros(len(rows), bool)
   perm = np.random.default_rng(_HOLDOUT_SEED).permutation(len(rows))
-  held_out[perm[:int(len(rows) * HOLDOUT_FRACTION)]] = True
+  held_out[perm[:max(minimum, int(len(rows) * HOLDOUT_FRACTION))]] = True
   return ([row for row, h in zip(rows, held_out) if not h],
           [row for row, h in zip(rows, held_out) if h])
 
@@ -398,13 +399,10 @@ class DocumentsSource:
                        '--config.data.train_files=corpus.txt.')
     read = lambda paths: [d for p in _split_paths(paths) for d in read_documents(p, text_column)]
     train = read(train_files)
-    validation = read(validation_files) if _split_paths(validation_files) else None
-    if validation is None:
-      held_out = np.zeros(len(train), bool)
-      perm = np.random.default_rng(_HOLDOUT_SEED).permutation(len(train))
-      held_out[perm[:max(1, int(len(train) * HOLDOUT_FRACTION))]] = True
-      train, validation = ([d for d, h in zip(train, held_out) if not h],
-                           [d for d, h in zip(train, held_out) if h])
+    if _split_paths(validation_files):
+      validation = read(validation_files)
+    else:
+      train, validation = _hold_out(train, minimum=1)
     test = read(test_files) if _split_paths(test_files) else validation
     self._documents = {'train': train, 'validation': validation, 'test': test}
     for split, documents in self._documents.items():

@@ -13,6 +13,7 @@ fixed length, inside a tf.data pipeline.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import json
 import os
@@ -113,6 +114,11 @@ def join_pairs(tokenizer: Tokenizer, texts_Bx2: tf.Tensor,
   return ids, types
 
 
+_BYTE_WORDLIKE_V = np.zeros(BYTE_VOCAB_SIZE, bool)  # letters, digits and non-ASCII bytes
+_BYTE_WORDLIKE_V[[b + NUM_SPECIAL for b in range(256)
+                  if chr(b).isalnum() and b < 128 or b >= 128]] = True
+
+
 class ByteTokenizer:
   """UTF-8 bytes as tokens (id = byte + 4), no vocabulary; any byte string is valid input, so
   no byte is unknown and the [UNK] id serves as [MASK]."""
@@ -140,10 +146,7 @@ class ByteTokenizer:
 
   def word_starts(self, ids: np.ndarray) -> np.ndarray:
     """A word is a run of letters, digits and non-ASCII bytes; every other byte is its own."""
-    wordlike_V = np.zeros(BYTE_VOCAB_SIZE, bool)
-    wordlike_V[[b + NUM_SPECIAL for b in range(256)
-                if chr(b).isalnum() and b < 128 or b >= 128]] = True
-    wordlike = wordlike_V[ids]
+    wordlike = _BYTE_WORDLIKE_V[ids]
     previous = np.concatenate([np.zeros_like(wordlike[..., :1]), wordlike[..., :-1]], axis=-1)
     return ~(wordlike & previous)
 
@@ -185,10 +188,14 @@ class SentencePieceTokenizer:
     pieces = self._processor.encode([t.decode('utf-8', errors='replace') for t in texts])
     return [np.asarray(p, np.int32) for p in pieces]
 
+  @functools.cached_property
+  def _continues_V(self) -> np.ndarray:
+    """Pieces without SentencePiece's word-start marker continue a word."""
+    return np.array([i >= NUM_SPECIAL and not self._processor.id_to_piece(i).startswith('\u2581')
+                     for i in range(self.vocab_size)])
+
   def word_starts(self, ids: np.ndarray) -> np.ndarray:
-    continues_V = np.array([i >= NUM_SPECIAL and not self._processor.id_to_piece(i).startswith(
-        '\u2581') for i in range(self.vocab_size)])
-    return _starts_from_table(continues_V, ids)
+    return _starts_from_table(self._continues_V, ids)
 
 
 def train_sentencepiece(texts: Iterable[bytes], vocab_size: int, *, seed: int = 0) -> bytes:
@@ -324,7 +331,8 @@ class HuggingFaceTokenizer:
                                            add_special_tokens=False)
     return [np.asarray(e.ids, np.int32) for e in encodings]
 
-  def word_starts(self, ids: np.ndarray) -> np.ndarray:
+  @functools.cached_property
+  def _continues_V(self) -> np.ndarray:
     """WordPiece: a '##' token continues a word; byte-level BPE: one without a leading space
     (or newline) marker does; other models: one without SentencePiece's marker."""
     kind = json.loads(self.serialized)['model']['type']
@@ -337,7 +345,10 @@ class HuggingFaceTokenizer:
       continues_V[i] = (token.startswith('##') if kind == 'WordPiece' else
                         not token.startswith(('\u0120', '\u010a')) if kind == 'BPE' else
                         not token.startswith('\u2581'))
-    return _starts_from_table(continues_V, ids)
+    return continues_V
+
+  def word_starts(self, ids: np.ndarray) -> np.ndarray:
+    return _starts_from_table(self._continues_V, ids)
 
 
 def _wordpiece(vocab_path: str) -> hf_tokenizers.Tokenizer:
