@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import math
 import os
 from typing import Callable, Iterable, Iterator
@@ -67,10 +66,9 @@ def save_info(info: DatasetInfo, workdir: str) -> None:
 def saved_info(workdir: str) -> DatasetInfo | None:
   """The DatasetInfo a run saved (None for a workdir written before it was saved)."""
   path = os.path.join(workdir, INFO_FILE)
-  if not os.path.isfile(path):
+  if not storage.is_file(path):
     return None
-  with open(path) as f:
-    fields = json.load(f)
+  fields = storage.read_json(path)
   return DatasetInfo(**dict(fields, class_names=tuple(fields['class_names'])))
 
 
@@ -114,7 +112,7 @@ def load_tokenizer(data_config: ml_collections.ConfigDict, workdir: str | None,
   if data_config.tokenizer == 'sentencepiece':
     if workdir is None:
       raise ValueError('data.tokenizer=sentencepiece needs a workdir to cache spm.model')
-    if read_training_texts is None and not os.path.exists(
+    if read_training_texts is None and not storage.exists(
         os.path.join(workdir, tokenizers.SP_MODEL_FILE)):
       raise FileNotFoundError(f'{workdir} has no {tokenizers.SP_MODEL_FILE}: it was not trained '
                               'with data.tokenizer=sentencepiece, or the file was removed.')

@@ -24,6 +24,7 @@ import csv
 import dataclasses
 import functools
 import gzip
+import io
 import json
 import os
 import re
@@ -96,8 +97,10 @@ def _to_bytes(text: str) -> bytes:
 def _open(path: str) -> IO[str]:
   """The file as text (gunzipped for .gz), a leading byte-order mark skipped, bytes that are not
   UTF-8 kept (``_to_bytes`` restores them)."""
-  opener = gzip.open if path.lower().endswith('.gz') else open
-  return opener(path, 'rt', newline='', encoding='utf-8-sig', errors='surrogateescape')
+  raw = storage.path(path).open('rb')
+  if path.lower().endswith('.gz'):
+    raw = gzip.open(raw, 'rb')
+  return io.TextIOWrapper(raw, newline='', encoding='utf-8-sig', errors='surrogateescape')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,7 +186,7 @@ def _read_jsonl(f: IO[str], path: str, columns: Columns) -> Iterator[_Row]:
 def read_rows(path: str, columns: Columns) -> list[_Row]:
   """All rows of one file, in order; FileNotFoundError if it does not exist, ValueError on an
   unknown extension, malformed content, a missing column or an empty label."""
-  if not os.path.isfile(path):
+  if not storage.is_file(path):
     raise FileNotFoundError(f'Data file {path!r} not found (data.train_files, '
                             'data.validation_files and data.test_files are comma-separated paths, '
                             f'relative to {os.getcwd()}); fix the path.')
@@ -214,7 +217,7 @@ def read_inputs(path: str, columns: Columns) -> np.ndarray:
   a tab), other formats as ``read_rows`` without labels; ValueError if it holds none."""
   stem = path.lower()[:-3] if path.lower().endswith('.gz') else path.lower()
   if stem.endswith('.txt'):
-    if not os.path.isfile(path):
+    if not storage.is_file(path):
       raise FileNotFoundError(f'Input file {path!r} not found; fix the path.')
     with _open(path) as f:
       lines = [line.rstrip('\r\n') for line in f]
@@ -285,11 +288,10 @@ def infer_classes(rows: list[_Row]) -> Classes:
 def load_classes(workdir: str | None) -> Classes | None:
   """The classes saved in ``workdir/classes.json`` (None if there is none)."""
   path = os.path.join(workdir, CLASSES_FILE) if workdir else None
-  if not path or not os.path.exists(path):
+  if not path or not storage.exists(path):
     return None
   try:
-    with open(path) as f:
-      saved = json.load(f)
+    saved = storage.read_json(path)
     return Classes(tuple(str(n) for n in saved['class_names']), bool(saved['integer_labels']))
   except (OSError, ValueError, KeyError, TypeError) as e:
     raise ValueError(f'{path} is unreadable ({type(e).__name__}: {e}); it holds the class ids of '
@@ -300,9 +302,9 @@ def load_classes(workdir: str | None) -> Classes | None:
 def save_classes(workdir: str | None, classes: Classes) -> None:
   """Writes ``workdir/classes.json`` (atomically) unless it exists."""
   path = os.path.join(workdir, CLASSES_FILE) if workdir else None
-  if not path or os.path.exists(path):
+  if not path or storage.exists(path):
     return
-  os.makedirs(workdir, exist_ok=True)
+  storage.makedirs(workdir)
   content = {'class_names': list(classes.names), 'integer_labels': classes.integer_labels}
   storage.write_json(path, content)
 
@@ -374,7 +376,7 @@ def read_documents(path: str, text_column: str) -> list[bytes]:
   documents separated by blank lines; CSV/TSV/JSONL files one per row (``text_column``)."""
   lower = path.lower()
   if lower.endswith(('.txt', '.txt.gz')):
-    if not os.path.isfile(path):
+    if not storage.is_file(path):
       read_rows(path, Columns(text=text_column, label=''))  # the not-found message
     with _open(path) as f:
       content = f.read()

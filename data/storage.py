@@ -1,37 +1,175 @@
-"""Writing files so that readers never see a partial one: one helper for every file this project
-writes whole (JSON records, cached tokenizers, class lists, manifests, reports)."""
+"""Where runs are written: local disks and object storage (``gs://``) through one path library,
+``etils.epath`` (as orbax and TFDS use), and one helper for every file this project writes whole
+(JSON records, cached tokenizers, class lists, manifests, reports).
+
+``gs://`` goes through fsspec/gcsfs, not TensorFlow's ``tf.io.gfile``: TF is here only for TFDS,
+and gcsfs (like tensorstore, which writes orbax's arrays) can be pointed at a GCS emulator
+(``STORAGE_EMULATOR_HOST``), so the tests exercise the code that runs on a pod.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
-from typing import Any
+import shutil
+import tempfile
+from typing import Any, Iterator
+
+# Read by etils on every gs:// call; a user's explicit setting wins.
+os.environ.setdefault('EPATH_USE_TF', 'false')
+
+from etils import epath  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+REMOTE_PREFIXES = ('gs://',)
 
 
-def write_atomically(path: str, content: bytes | str) -> None:
-  """Writes ``content`` via a temporary file, fsync and a rename: a reader (or a run killed at any
-  moment) sees the old file or the new one, never a mix; hosts writing the same content
-  concurrently do not corrupt it."""
-  tmp = f'{path}.tmp.{os.getpid()}'
+def is_remote(path: str | os.PathLike) -> bool:
+  """Whether ``path`` is on object storage (``gs://``)."""
+  return str(path).startswith(REMOTE_PREFIXES)
+
+
+def canonical(path: str | os.PathLike) -> str:
+  """An absolute local path (``~`` expanded), or a ``gs://`` URL as given (no trailing slash)."""
+  path = os.fspath(path)
+  if is_remote(path):
+    return path.rstrip('/')
+  return os.path.abspath(os.path.expanduser(path))
+
+
+def path(name: str | os.PathLike) -> epath.Path:
+  """The epath of a local path or a ``gs://`` URL (``canonical``)."""
+  return epath.Path(canonical(name))
+
+
+def exists(name: str | os.PathLike) -> bool:
+  return path(name).exists()
+
+
+def is_dir(name: str | os.PathLike) -> bool:
+  return path(name).is_dir()
+
+
+def is_file(name: str | os.PathLike) -> bool:
+  p = path(name)
+  return p.exists() and not p.is_dir()
+
+
+def makedirs(name: str | os.PathLike) -> None:
+  """Creates a directory and its parents (on object storage: nothing to create)."""
+  path(name).mkdir(parents=True, exist_ok=True)
+
+
+def listdir(name: str | os.PathLike) -> list[str]:
+  """The names in a directory ([] if it does not exist)."""
+  p = path(name)
+  return sorted(child.name for child in p.iterdir()) if p.is_dir() else []
+
+
+def size(name: str | os.PathLike) -> int:
+  return path(name).stat().length
+
+
+def read_bytes(name: str | os.PathLike) -> bytes:
+  return path(name).read_bytes()
+
+
+def read_text(name: str | os.PathLike) -> str:
+  return path(name).read_text()
+
+
+def read_json(name: str | os.PathLike) -> Any:
+  return json.loads(read_text(name))
+
+
+def files_under(name: str | os.PathLike) -> Iterator[str]:
+  """Paths (relative to ``name``) of every file below a directory."""
+  root = path(name)
+  # Walking gs:// yields 'bucket/dir' strings, without the scheme.
+  strip = lambda p: os.fspath(p).split('://', 1)[-1].rstrip('/')
+  for directory, _, files in root.walk():
+    relative = os.path.relpath(strip(directory), strip(root))
+    for file in files:
+      yield os.path.normpath(os.path.join(relative, file))
+
+
+def move(source: str | os.PathLike, target: str | os.PathLike) -> None:
+  """Moves a file or a directory tree (on object storage: copies, then deletes the source)."""
+  if not is_remote(source) and not is_remote(target):
+    os.rename(canonical(source), canonical(target))
+    return
+  src, dst = path(source), path(target)
+  for rel in list(files_under(src)) if src.is_dir() else ['']:
+    (src / rel if rel else src).copy(dst / rel if rel else dst, overwrite=True)
+  src.rmtree() if src.is_dir() else src.unlink()
+
+
+def copy_file(source: str | os.PathLike, target: str | os.PathLike) -> None:
+  path(source).copy(path(target), overwrite=True)
+
+
+def write_atomically(name: str | os.PathLike, content: bytes | str) -> None:
+  """Writes ``content`` so that a reader (or a run killed at any moment) sees the old file or the
+  new one, never a mix; hosts writing the same content concurrently do not corrupt it.
+
+  Locally: a temporary file, fsync and a rename. On object storage an upload replaces the object
+  whole when it completes, which gives the same guarantee.
+  """
+  data = content.encode() if isinstance(content, str) else content
+  if is_remote(name):
+    path(name).write_bytes(data)
+    return
+  target = canonical(name)
+  tmp = f'{target}.tmp.{os.getpid()}'
   try:
     with open(tmp, 'wb') as f:
-      f.write(content.encode() if isinstance(content, str) else content)
+      f.write(data)
       f.flush()
       os.fsync(f.fileno())
-    os.replace(tmp, path)
+    os.replace(tmp, target)
   except BaseException:
     if os.path.exists(tmp):
       os.remove(tmp)
     raise
 
 
-def write_json(path: str, obj: Any) -> None:
+def write_json(name: str | os.PathLike, obj: Any) -> None:
   """``obj`` as indented, key-sorted JSON, written atomically."""
-  write_atomically(path, json.dumps(obj, indent=2, sort_keys=True) + '\n')
+  write_atomically(name, json.dumps(obj, indent=2, sort_keys=True) + '\n')
 
 
-def sha256(path: str) -> str:
+def sha256(name: str | os.PathLike) -> str:
   """The SHA-256 of a file's content, hex."""
-  with open(path, 'rb') as f:
+  with path(name).open('rb') as f:
     return hashlib.file_digest(f, 'sha256').hexdigest()
+
+
+class LocalMirror:
+  """A local directory whose files are copied to ``target`` by ``sync``: for writers that cannot
+  write to object storage themselves (TensorBoard's event files and profiler traces go through
+  TensorFlow's filesystem, which ignores the GCS emulator). For a local ``target`` it is
+  ``target`` itself and ``sync`` does nothing."""
+
+  def __init__(self, target: str):
+    self.target = canonical(target)
+    self.local = tempfile.mkdtemp(prefix='roformer-') if is_remote(target) else self.target
+
+  def sync(self) -> None:
+    if self.local == self.target or not os.path.isdir(self.local):
+      return
+    for rel in files_under(self.local):
+      write_atomically(os.path.join(self.target, rel),
+                       path(os.path.join(self.local, rel)).read_bytes())
+
+  def close(self) -> None:
+    self.sync()
+    if self.local != self.target:
+      shutil.rmtree(self.local, ignore_errors=True)
+
+
+def save_figure(fig: Any, name: str, **kwargs: Any) -> None:
+  """A matplotlib figure as a PNG at ``name`` (local or ``gs://``)."""
+  buf = io.BytesIO()
+  fig.savefig(buf, format='png', **kwargs)
+  write_atomically(name, buf.getvalue())

@@ -229,10 +229,9 @@ def load_or_train_sentencepiece(
   model_path = os.path.join(workdir, SP_MODEL_FILE)
   meta_path = os.path.join(workdir, SP_META_FILE)
   meta = {'dataset': dataset, 'sp_vocab_size': vocab_size}
-  if os.path.exists(model_path):
+  if storage.exists(model_path):
     try:
-      with open(meta_path) as f:
-        cached = json.load(f)
+      cached = storage.read_json(meta_path)
     except (OSError, ValueError) as e:
       raise ValueError(f'{meta_path}, which records what {model_path} was trained for, is '
                        f'missing or unreadable ({type(e).__name__}); delete spm.model and '
@@ -240,15 +239,14 @@ def load_or_train_sentencepiece(
     if cached != meta:
       raise ValueError(f'{model_path} was trained for {cached}, not {meta}: use another workdir '
                        'or delete spm.model and spm.json to retrain.')
-    with open(model_path, 'rb') as f:
-      proto = f.read()
+    proto = storage.read_bytes(model_path)
     try:
       return SentencePieceTokenizer(proto)
     except Exception as e:  # pylint: disable=broad-except  (sentencepiece raises RuntimeError)
       raise ValueError(f'{model_path} is not a valid SentencePiece model ({type(e).__name__}); '
                        'delete spm.model and spm.json to retrain the tokenizer.') from None
   proto = train_sentencepiece(read_training_texts(), vocab_size)
-  os.makedirs(workdir, exist_ok=True)
+  storage.makedirs(workdir)
   storage.write_json(meta_path, meta)
   storage.write_atomically(model_path, proto)
   return SentencePieceTokenizer(proto)
@@ -377,15 +375,14 @@ def read_huggingface(path: str) -> str:
   """The tokenizer.json content of a tokenizer given as ``tokenizer.json``, a WordPiece
   ``vocab.txt``, or a directory holding one (a Hugging Face checkpoint's); FileNotFoundError
   naming what was looked for."""
-  path = os.path.expanduser(path)
-  if os.path.isdir(path):
+  path = storage.canonical(path)
+  if storage.is_dir(path):
     for name in (HF_TOKENIZER_FILE, HF_VOCAB_FILE):
-      if os.path.isfile(os.path.join(path, name)):
+      if storage.is_file(os.path.join(path, name)):
         return read_huggingface(os.path.join(path, name))
-  if os.path.isfile(path) and path.endswith('.json'):
-    with open(path) as f:
-      return f.read()
-  if os.path.isfile(path):
+  if storage.is_file(path) and path.endswith('.json'):
+    return storage.read_text(path)
+  if storage.is_file(path):
     return _wordpiece(path).to_str()
   raise FileNotFoundError(f'data.tokenizer_path={path!r}: no {HF_TOKENIZER_FILE} or '
                           f'{HF_VOCAB_FILE} there. Give a Hugging Face tokenizer.json, a '
@@ -396,17 +393,16 @@ def load_huggingface(workdir: str | None, path: str) -> HuggingFaceTokenizer:
   """The tokenizer at ``path``, cached in ``workdir/tokenizer.json``: a workdir keeps using its
   copy (also when ``path`` has moved); a different tokenizer at ``path`` is an error."""
   cached = os.path.join(workdir, HF_TOKENIZER_FILE) if workdir else None
-  if cached and os.path.isfile(cached):
-    with open(cached) as f:
-      saved = f.read()
-    if path and os.path.exists(os.path.expanduser(path)) and read_huggingface(path) != saved:
+  if cached and storage.is_file(cached):
+    saved = storage.read_text(cached)
+    if path and storage.exists(path) and read_huggingface(path) != saved:
       raise ValueError(f'{cached} holds another tokenizer than data.tokenizer_path={path!r}: '
                        'use another workdir, or delete it to use the new one.')
     return HuggingFaceTokenizer(saved)
   given = read_huggingface(path)
   tokenizer = HuggingFaceTokenizer(given)
   if cached:
-    os.makedirs(workdir, exist_ok=True)
+    storage.makedirs(workdir)
     storage.write_atomically(cached, given.encode('utf-8'))
   return tokenizer
 
@@ -454,21 +450,17 @@ def load_or_train_huggingface(workdir: str, kind: str, dataset: str, vocab_size:
   other settings is an error, as for SentencePiece)."""
   path, meta_path = os.path.join(workdir, HF_TOKENIZER_FILE), os.path.join(workdir, TRAINED_META_FILE)
   meta = {'tokenizer': kind, 'dataset': dataset, 'vocab_size': vocab_size}
-  if os.path.exists(path):
-    cached = None
-    if os.path.exists(meta_path):
-      with open(meta_path) as f:
-        cached = json.load(f)
+  if storage.exists(path):
+    cached = storage.read_json(meta_path) if storage.exists(meta_path) else None
     if cached != meta:
       raise ValueError(f'{path} was made for {cached}, not {meta}: use another workdir, or '
                        f'delete {HF_TOKENIZER_FILE} and {TRAINED_META_FILE} to retrain.')
-    with open(path) as f:
-      return HuggingFaceTokenizer(f.read())
+    return HuggingFaceTokenizer(storage.read_text(path))
   if read_training_texts is None:
     raise FileNotFoundError(f'{workdir} has no {HF_TOKENIZER_FILE}: it was not trained with '
                             f'data.tokenizer={kind}, or the file was removed.')
   serialized = train_huggingface(kind, read_training_texts(), vocab_size)
-  os.makedirs(workdir, exist_ok=True)
+  storage.makedirs(workdir)
   storage.write_json(meta_path, meta)
   storage.write_atomically(path, serialized.encode('utf-8'))
   return HuggingFaceTokenizer(serialized)

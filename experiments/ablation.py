@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import json
 import os
 import time
 
@@ -139,9 +138,8 @@ def stale_cells(config: ml_collections.ConfigDict, workdir: str,
     saved = validation.load_config(run_dir).to_dict()
     changes = validation.config_differences(saved, run_config, RESULT_NEUTRAL_FIELDS)
     fingerprint = os.path.join(run_dir, validation.DATA_FILE)
-    if os.path.exists(fingerprint):
-      with open(fingerprint) as f:
-        changes += validation.data_changes(json.load(f), run_config.data)
+    if storage.exists(fingerprint):
+      changes += validation.data_changes(storage.read_json(fingerprint), run_config.data)
     if changes:
       stale[cell] = changes
   return stale
@@ -161,10 +159,10 @@ def _check_fresh(config: ml_collections.ConfigDict, workdir: str, cells: list[Ce
                      'new --workdir.')
   for cell in stale:
     run_dir, k = os.path.join(workdir, cell.name), 1
-    while os.path.exists(f'{run_dir}.stale-{k}'):
+    while storage.exists(f'{run_dir}.stale-{k}'):
       k += 1
     if jax.process_index() == 0:
-      os.rename(run_dir, f'{run_dir}.stale-{k}')
+      storage.move(run_dir, f'{run_dir}.stale-{k}')
     console(f'{cell.name}: made with another config or data; moved to {run_dir}.stale-{k}.')
 
 
@@ -173,7 +171,7 @@ def run_grid(config: ml_collections.ConfigDict, workdir: str, cells: list[Cell],
   """Runs (or skips, if finished) every cell, then writes and returns the report."""
   workdir = validation.check_workdir(workdir)
   _check_fresh(config, workdir, cells, fresh)
-  os.makedirs(workdir, exist_ok=True)
+  storage.makedirs(workdir)
   todo = [c for c in cells if report_lib.load_run(os.path.join(workdir, c.name)) is None]
   console(f'Ablation: {len(cells)} runs ({len(cells) - len(todo)} already finished), '
           f'{config.ablation.num_seeds} seed(s) each, in {workdir}.')
@@ -199,7 +197,7 @@ def run_grid(config: ml_collections.ConfigDict, workdir: str, cells: list[Cell],
 
 def _mark_not_applicable(run_dir: str, cell: Cell, reason: str) -> None:
   if jax.process_index() == 0:
-    os.makedirs(run_dir, exist_ok=True)
+    storage.makedirs(run_dir)
     storage.write_json(os.path.join(run_dir, report_lib.NOT_APPLICABLE_FILE), {
         'dataset': cell.dataset, 'position': cell.position, 'attention': cell.attention,
         'reason': reason})

@@ -6,6 +6,7 @@ import matplotlib
 import numpy as np
 
 import rope
+from data import storage
 
 matplotlib.use('Agg')  # files only, no display
 from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -19,7 +20,7 @@ def _finish(fig, ax, path: str, *, xlabel: str, ylabel: str, title: str) -> None
   if ax.get_legend_handles_labels()[0]:
     ax.legend(fontsize=8)
   fig.tight_layout()
-  fig.savefig(path, dpi=120)
+  storage.save_figure(fig, path, dpi=120)
   fig.clf()
   plt.close(fig)
 

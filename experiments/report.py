@@ -13,7 +13,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
-import json
 import os
 import platform
 import re
@@ -100,9 +99,8 @@ def load_run(path: str, name: str | None = None) -> Run | None:
   """Reads a run directory; None if it has not finished."""
   name = name or os.path.basename(os.path.normpath(path))
   for file in (NOT_APPLICABLE_FILE, SUMMARY_FILE):
-    if os.path.exists(os.path.join(path, file)):
-      with open(os.path.join(path, file)) as f:
-        info = json.load(f)
+    if storage.exists(os.path.join(path, file)):
+      info = storage.read_json(os.path.join(path, file))
       return Run(name, path, info['dataset'], info['position'], info['attention'],
                  summary=info if file == SUMMARY_FILE else None,
                  not_applicable=info.get('reason') if file == NOT_APPLICABLE_FILE else None)
@@ -390,7 +388,7 @@ def _language_model_section(out_dir: str, dataset: str, runs: Sequence[Run],
 def write_report(out_dir: str, runs: Sequence[Run], *, command: str, config_json: str,
                  reference: str = 'rotary', extra: str = '') -> str:
   """Writes report.md, results.csv, results.json and the plots into out_dir; returns the md."""
-  os.makedirs(out_dir, exist_ok=True)
+  storage.makedirs(out_dir)
   parts = ['# Position-scheme ablation', '', f'Command: `{command}`', '',
            f'Machine: {environment()}', '', *([extra, ''] if extra else []), TEST_TEXT, '',
            'Step time: each run\'s median train-step time relative to `none`, measured run after '

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import sys
@@ -142,9 +141,8 @@ class CheckpointSaveError(CheckpointError):
 
 def write_manifest(step_dir: str) -> None:
   """Writes the size and SHA-256 of every file of a complete step directory (atomically)."""
-  rels = sorted(os.path.relpath(os.path.join(root, name), step_dir)
-                for root, _, names in os.walk(step_dir) for name in names)
-  files = {rel: {'size': os.path.getsize(os.path.join(step_dir, rel)),
+  rels = sorted(storage.files_under(step_dir))
+  files = {rel: {'size': storage.size(os.path.join(step_dir, rel)),
                  'sha256': storage.sha256(os.path.join(step_dir, rel))}
            for rel in rels if rel != MANIFEST_FILE and not rel.startswith(MANIFEST_FILE + '.tmp')}
   storage.write_json(os.path.join(step_dir, MANIFEST_FILE), {'version': 1, 'files': files})
@@ -153,21 +151,20 @@ def write_manifest(step_dir: str) -> None:
 def verify(step_dir: str, *, full: bool = True) -> str | None:
   """Why a step directory is not intact, or None if it is or has no manifest (a save killed before
   it; restoring checks it). ``full=False`` hashes only small files and checks the others' sizes."""
-  if not os.path.isdir(step_dir):
+  if not storage.is_dir(step_dir):
     return 'its directory is missing'
   path = os.path.join(step_dir, MANIFEST_FILE)
-  if not os.path.exists(path):
+  if not storage.exists(path):
     return None
   try:
-    with open(path) as f:
-      files = json.load(f)['files']
+    files = storage.read_json(path)['files']
   except (OSError, ValueError, KeyError, TypeError) as e:
     return f'its manifest {MANIFEST_FILE} is unreadable ({type(e).__name__})'
   for rel, expected in sorted(files.items()):
     file_path = os.path.join(step_dir, rel)
-    if not os.path.isfile(file_path):
+    if not storage.is_file(file_path):
       return f'the file {rel} is missing'
-    size = os.path.getsize(file_path)
+    size = storage.size(file_path)
     if size != expected['size']:
       return f'the file {rel} has {size} bytes instead of {expected["size"]} (truncated?)'
     if (full or size <= _SMALL_FILE) and storage.sha256(file_path) != expected['sha256']:
@@ -188,7 +185,7 @@ class Checkpointer:
   accuracy. ``read_only`` never changes the disk (evaluation, possibly of a running workdir)."""
 
   def __init__(self, workdir: str, keep: int, *, read_only: bool = False):
-    self.workdir = os.path.abspath(workdir)
+    self.workdir = storage.canonical(workdir)
     self.directory = os.path.join(self.workdir, CHECKPOINT_DIR)
     self.read_only = read_only
     self.skipped: dict[int, str] = {}  # corrupt steps found (and, unless read_only, moved away)
@@ -253,7 +250,7 @@ class Checkpointer:
     try:
       self.manager.wait_until_finished()
       for step in self._unverified:
-        if jax.process_index() == 0 and os.path.isdir(self.step_dir(step)):  # still kept
+        if jax.process_index() == 0 and storage.is_dir(self.step_dir(step)):  # still kept
           write_manifest(self.step_dir(step))
       self._unverified = []
     except Exception as e:  # pylint: disable=broad-except
@@ -303,7 +300,7 @@ class Checkpointer:
       raise CorruptCheckpointError(step, reason, self.directory)
     self.check_compatible(step, abstract_state)
     restored = self._read(step, abstract_state)
-    if not os.path.exists(os.path.join(self.step_dir(step), MANIFEST_FILE)):
+    if not storage.exists(os.path.join(self.step_dir(step), MANIFEST_FILE)):
       # Nothing to check the bytes against (killed right after the save): orbax read them, and
       # garbled floats show as NaN/Inf; from now on the manifest checks them.
       if not all(np.isfinite(x).all() for x in jax.tree.leaves(restored[STATE_ITEM])
@@ -374,12 +371,12 @@ class Checkpointer:
       return
     if jax.process_index() == 0:
       target_dir = os.path.join(self.workdir, CORRUPT_DIR)
-      os.makedirs(target_dir, exist_ok=True)
+      storage.makedirs(target_dir)
       for step in sorted(self.skipped):
         target, suffix = os.path.join(target_dir, str(step)), 1
-        while os.path.exists(target):
+        while storage.exists(target):
           target, suffix = os.path.join(target_dir, f'{step}.{suffix}'), suffix + 1
-        os.rename(self.step_dir(step), target)
+        storage.move(self.step_dir(step), target)
         console(f'Moved the corrupt checkpoint {step} to {target}.', warning=True)
     if jax.process_count() > 1:
       multihost_utils.sync_global_devices('checkpoints_set_aside')
@@ -393,8 +390,8 @@ CONVERTED_METADATA = 'hf_conversion.json'
 def save_converted(result: hf.HFRoFormer, directory: str, *, source: str = '') -> None:
   """Writes ``directory/params`` (orbax, the pure params dict) and ``hf_conversion.json`` (the
   ModelConfig and the rest of ``result``, and ``source``), overwriting an existing conversion."""
-  directory = os.path.abspath(directory)
-  os.makedirs(directory, exist_ok=True)
+  directory = storage.canonical(directory)
+  storage.makedirs(directory)
   with ocp.StandardCheckpointer() as checkpointer:
     checkpointer.save(os.path.join(directory, CONVERTED_PARAMS), result.params, force=True)
   storage.write_json(os.path.join(directory, CONVERTED_METADATA), {
@@ -406,9 +403,8 @@ def save_converted(result: hf.HFRoFormer, directory: str, *, source: str = '') -
 def load_converted(directory: str, **changes: Any) -> hf.HFRoFormer:
   """Reads a ``save_converted`` directory; ``changes`` replace ModelConfig fields (e.g.
   ``deterministic=True``) that do not change parameter shapes."""
-  directory = os.path.abspath(directory)
-  with open(os.path.join(directory, CONVERTED_METADATA)) as f:
-    metadata = json.load(f)
+  directory = storage.canonical(directory)
+  metadata = storage.read_json(os.path.join(directory, CONVERTED_METADATA))
   fields = dict(metadata['model_config'], rope=rope.RopeConfig(**metadata['model_config']['rope']))
   cfg = models.ModelConfig(**fields).replace(**changes)
   abstract = nnx.eval_shape(lambda: models.Classifier(cfg, rngs=nnx.Rngs(0)))

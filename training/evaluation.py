@@ -137,9 +137,9 @@ def evaluate_workdir(workdir: str, *, checkpoint: str = 'best', split: str = 'te
 
 def write_results(results: dict[str, Any], path: str | None) -> str:
   """Writes ``results`` to ``path`` (default: the workdir's eval.json); returns the path."""
-  path = os.path.abspath(path or os.path.join(results['workdir'], EVAL_FILE))
+  path = storage.canonical(path or os.path.join(results['workdir'], EVAL_FILE))
   try:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    storage.makedirs(os.path.dirname(path))
     storage.write_json(path, results)
   except OSError as e:
     raise ValueError(f'The results are printed above, but writing them to {path} failed '

@@ -19,9 +19,7 @@ A run that resumes from its own checkpoint never reads ``init_from`` again.
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 from typing import Any
 
 import jax
@@ -66,18 +64,18 @@ def _field(config: ml_collections.ConfigDict, dotted: str) -> Any:
 
 def needed(config: ml_collections.ConfigDict, workdir: str) -> bool:
   """Whether a run starts from ``train.init_from``: set, and no checkpoint of its own yet."""
-  directory = os.path.join(os.path.expanduser(workdir), checkpoints.CHECKPOINT_DIR)
-  own = os.path.isdir(directory) and any(name.isdigit() for name in os.listdir(directory))
+  directory = os.path.join(storage.canonical(workdir), checkpoints.CHECKPOINT_DIR)
+  own = any(name.isdigit() for name in storage.listdir(directory))
   return bool(config.train.init_from) and not own
 
 
 def _kind(source: str) -> str:
   """'workdir', 'huggingface' or 'converted'; InitFromError if ``source`` is none of them."""
-  if os.path.isfile(os.path.join(source, checkpoints.CONVERTED_METADATA)):
+  if storage.is_file(os.path.join(source, checkpoints.CONVERTED_METADATA)):
     return 'converted'
   try:
-    with open(os.path.join(source, validation.CONFIG_FILE)) as f:
-      return 'huggingface' if 'model_type' in json.load(f) else 'workdir'
+    config = storage.read_json(os.path.join(source, validation.CONFIG_FILE))
+    return 'huggingface' if 'model_type' in config else 'workdir'
   except (OSError, ValueError):
     raise InitFromError(f'train.init_from={source!r} is not a train.py workdir, a Hugging Face '
                         f'checkpoint directory or a convert_hf.py output (no readable '
@@ -88,8 +86,7 @@ def _kind(source: str) -> str:
 def _checkpoint_fields(source: str, kind: str, config: ml_collections.ConfigDict) -> dict:
   """The dotted model and rope fields a checkpoint's parameters were made for."""
   if kind == 'converted':
-    with open(os.path.join(source, checkpoints.CONVERTED_METADATA)) as f:
-      return json.load(f)['overrides']
+    return storage.read_json(os.path.join(source, checkpoints.CONVERTED_METADATA))['overrides']
   model, rope_fields = hf.hf_fields(hf.load_hf_config(source), layout=config.rope.layout)
   return {**{f'model.{k}': v for k, v in model.items()},
           **{f'rope.{k}': v for k, v in rope_fields.items()}}
@@ -103,7 +100,7 @@ _CHECKPOINT_FIELDS = ('model.position', 'model.attention', 'model.num_layers',
 
 def check_source(config: ml_collections.ConfigDict) -> None:
   """Checks that the source's parameters fit this run's model (InitFromError naming fields)."""
-  source = os.path.expanduser(config.train.init_from)
+  source = storage.canonical(config.train.init_from)
   kind = _kind(source)
   if config.data.tokenizer in ('wordpiece', 'bpe'):
     raise InitFromError(
@@ -132,9 +129,8 @@ def check_source(config: ml_collections.ConfigDict) -> None:
 def _source_members(source: str, num_members: int) -> tuple[list[int], list[int]]:
   """(member indices, their seeds) of the source's chosen learning rate."""
   path = os.path.join(source, SUMMARY_FILE)
-  if os.path.isfile(path):
-    with open(path) as f:
-      summary = json.load(f)
+  if storage.is_file(path):
+    summary = storage.read_json(path)
     return summary['chosen_members'], [summary['seeds'][i] for i in summary['chosen_members']]
   if num_members > 1:
     raise InitFromError(f'train.init_from={source!r} has no {SUMMARY_FILE} yet, so which of its '
@@ -180,7 +176,7 @@ def _from_checkpoint(source: str, kind: str, exp: Any) -> tuple[Any, list[int], 
 
 def initial_state(state: Any, exp: Any, config: ml_collections.ConfigDict) -> Any:
   """``state`` (freshly initialised) with its parameters replaced by the source's."""
-  source = os.path.abspath(os.path.expanduser(config.train.init_from))
+  source = storage.canonical(config.train.init_from)
   check_source(config)
   kind = _kind(source)
   saved, members, described = (_from_workdir(source, exp) if kind == 'workdir'
@@ -202,7 +198,7 @@ def initial_state(state: Any, exp: Any, config: ml_collections.ConfigDict) -> An
 def copy_tokenizer(config: ml_collections.ConfigDict, workdir: str) -> None:
   """The source's vocabulary, unless the run has one: a workdir's SentencePiece model or Hugging
   Face tokenizer, or (data.tokenizer=huggingface without data.tokenizer_path) a checkpoint's."""
-  source = os.path.expanduser(config.train.init_from)
+  source = storage.canonical(config.train.init_from)
   if config.data.tokenizer == 'sentencepiece':
     names = (tokenizers.SP_MODEL_FILE, tokenizers.SP_META_FILE)
   elif config.data.tokenizer == 'huggingface' and not config.data.tokenizer_path:
@@ -211,10 +207,10 @@ def copy_tokenizer(config: ml_collections.ConfigDict, workdir: str) -> None:
     return
   for name in names:
     target = os.path.join(workdir, name)
-    if os.path.exists(target):
+    if storage.exists(target):
       continue
     if _kind(source) == 'workdir':
-      shutil.copyfile(os.path.join(source, name), target)
+      storage.copy_file(os.path.join(source, name), target)
     else:
       storage.write_atomically(target, tokenizers.read_huggingface(source).encode('utf-8'))
 

@@ -56,10 +56,9 @@ def read_metrics(workdir: str) -> list[dict[str, Any]]:
   ValueError naming it.
   """
   path = os.path.join(workdir, METRICS_FILE)
-  if not os.path.exists(path):
+  if not storage.exists(path):
     return []
-  with open(path, 'rb') as f:
-    lines = f.read().split(b'\n')
+  lines = storage.read_bytes(path).split(b'\n')
   records = []
   for number, line in enumerate(lines, start=1):
     if not line.strip():
@@ -110,14 +109,15 @@ class RunWriter:
     self.members = [dict(m) for m in members]
     self.active = jax.process_index() == 0
     self.console = ConsoleWriter(num_steps)
-    self.tb = []
+    self.tb, self.lines = [], []
     if self.active:
-      if resume_step and not os.path.exists(self.path):
+      if resume_step and not storage.exists(self.path):
         console(f'{self.path} is missing: the metrics restart at step {resume_step + 1}; the '
                 'records of the earlier steps are lost.', warning=True)
-      kept = [r for r in read_metrics(workdir) if r['step'] <= resume_step]
-      storage.write_atomically(self.path, ''.join(_line(r) for r in kept))
-      self.tb = [metric_writers.SummaryWriter(os.path.join(workdir, 'tb', '_'.join(
+      self.lines = [_line(r) for r in read_metrics(workdir) if r['step'] <= resume_step]
+      storage.write_atomically(self.path, ''.join(self.lines))
+      self.tb_dir = storage.LocalMirror(os.path.join(workdir, 'tb'))
+      self.tb = [metric_writers.SummaryWriter(os.path.join(self.tb_dir.local, '_'.join(
           f'{k}_{v:g}' if k != 'seed' else f'seed_{v}' for k, v in sorted(m.items()))))
                  for m in self.members]
     self.progress = periodic_actions.ReportProgress(
@@ -131,12 +131,14 @@ class RunWriter:
       return
     records = [dict({k: float(np.asarray(v)[i]) for k, v in per_member.items()}, **member,
                     step=int(step)) for i, member in enumerate(self.members)]
-    with open(self.path, 'a') as f:
-      f.writelines(_line(r) for r in records)
+    # The whole file each time: object storage cannot append, and the file is small.
+    self.lines.extend(_line(r) for r in records)
+    storage.write_atomically(self.path, ''.join(self.lines))
     for writer, record in zip(self.tb, records):
       writer.write_scalars(step, {k: v for k, v in record.items()
                                   if k != 'step' and k not in self.members[0]})
       writer.flush()
+    self.tb_dir.sync()
 
   def step_time(self) -> float | None:
     """Median seconds per step over the reported windows (the first, with compilation, aside)."""
@@ -146,6 +148,8 @@ class RunWriter:
   def close(self) -> None:
     for writer in self.tb:
       writer.close()
+    if self.active:
+      self.tb_dir.close()
 
 
 def _line(record: Mapping[str, Any]) -> str:

@@ -37,10 +37,9 @@ from training import validation
 def _member(workdir: str) -> int:
   """The first member of the learning rate the run chose (0 before it finished)."""
   path = os.path.join(workdir, trainer.SUMMARY_FILE)
-  if not os.path.isfile(path):
+  if not storage.is_file(path):
     return 0
-  with open(path) as f:
-    return int(json.load(f).get('chosen_members', [0])[0])
+  return int(storage.read_json(path).get('chosen_members', [0])[0])
 
 
 def load_params(workdir: str, checkpoint: str, keep: int) -> tuple[int, Any]:
@@ -119,7 +118,6 @@ def predict(workdir: str, input_path: str, *, checkpoint: str = 'best',
 def write_predictions(predictions: Iterator[dict[str, Any]], output_path: str) -> int:
   """Writes JSON lines (atomically: a failed run leaves no partial file); returns the count."""
   lines = [json.dumps(p) + '\n' for p in predictions]
-  directory = os.path.dirname(os.path.abspath(output_path))
-  os.makedirs(directory, exist_ok=True)
+  storage.makedirs(os.path.dirname(storage.canonical(output_path)))
   storage.write_atomically(output_path, ''.join(lines))
   return len(lines)

@@ -69,8 +69,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   start_from_source = init_from.needed(config, workdir)
   if start_from_source:
     init_from.check_source(config)
-  workdir = os.path.abspath(os.path.expanduser(workdir))
-  os.makedirs(workdir, exist_ok=True)
+  workdir = storage.canonical(workdir)
+  storage.makedirs(workdir)
   with workdir_lib.lock(workdir, jax.process_index()), contextlib.ExitStack() as stack:
     # Before the setup: a SIGTERM while the data is prepared or the step compiles is honoured
     # at the first step (saved there, exit 0), not the default kill (exit 143).

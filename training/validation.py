@@ -62,8 +62,8 @@ def check_workdir(workdir: str) -> str:
   if not str(workdir).strip():
     raise ValueError('--workdir is empty: name the folder for the checkpoints, metrics and '
                      'results, e.g. --workdir=runs/first (a new folder is created).')
-  workdir = os.path.abspath(os.path.expanduser(workdir))
-  if os.path.exists(workdir) and not os.path.isdir(workdir):
+  workdir = storage.canonical(workdir)
+  if storage.exists(workdir) and not storage.is_dir(workdir):
     raise ValueError(f'--workdir={workdir} is a file, not a folder: choose a new folder name '
                      '(it is created) or an existing run\'s folder.')
   return workdir
@@ -223,7 +223,7 @@ def global_eval_batch_size(config: ml_collections.ConfigDict, mesh: jax.sharding
 def has_checkpoints(workdir: str) -> bool:
   """Whether the workdir holds a checkpoint (only then is there a run to resume)."""
   directory = os.path.join(workdir, checkpoints.CHECKPOINT_DIR)
-  return os.path.isdir(directory) and any(n.isdigit() for n in os.listdir(directory))
+  return any(n.isdigit() for n in storage.listdir(directory))
 
 
 def config_differences(saved: dict[str, Any], config: ml_collections.ConfigDict,
@@ -241,14 +241,14 @@ def check_resume_compatible(config: ml_collections.ConfigDict, workdir: str) -> 
   if not has_checkpoints(workdir):
     return
   path = os.path.join(workdir, CONFIG_FILE)
-  if os.path.exists(path):
+  if storage.exists(path):
     differing = config_differences(_read_json(path), config, RESUMABLE_FIELDS)
     if differing:
       raise ValueError(f'The workdir {workdir} holds a run with a different config '
                        f'({", ".join(differing)}). Use a new --workdir, or the saved settings '
                        'to resume.')
   path = os.path.join(workdir, DATA_FILE)
-  if os.path.exists(path):
+  if storage.exists(path):
     changed = data_changes(_read_json(path), config.data)
     if changed:
       raise ValueError(f'The data of the run in {workdir} changed since it started: '
@@ -270,8 +270,8 @@ def data_fingerprint(data_config: ml_collections.ConfigDict) -> dict[str, Any]:
     return {}
   paths = {p.strip() for key in ('train_files', 'validation_files', 'test_files')
            for p in data_config[key].split(',') if p.strip()}
-  return {os.path.abspath(p): {'size': os.path.getsize(p), 'sha256': storage.sha256(p)}
-          for p in sorted(paths) if os.path.isfile(p)}
+  return {storage.canonical(p): {'size': storage.size(p), 'sha256': storage.sha256(p)}
+          for p in sorted(paths) if storage.is_file(p)}
 
 
 def data_changes(saved: dict[str, Any], data_config: ml_collections.ConfigDict) -> list[str]:
@@ -303,11 +303,11 @@ def save_config(config: ml_collections.ConfigDict, workdir: str, *, resumed: boo
 
 def load_config(workdir: str) -> ml_collections.ConfigDict:
   """The resolved config saved by ``train_and_evaluate`` in a workdir."""
-  if not os.path.isdir(workdir):
+  if not storage.is_dir(workdir):
     raise FileNotFoundError(f'The workdir {workdir!r} does not exist: pass the --workdir of a '
                             'train.py run.')
   path = os.path.join(workdir, CONFIG_FILE)
-  if not os.path.exists(path):
+  if not storage.exists(path):
     raise FileNotFoundError(f'No {CONFIG_FILE} in {workdir!r}, so it is not the workdir of a '
                             'train.py run (or that run did not get past its start): pass the '
                             '--workdir given to train.py.')
@@ -338,8 +338,7 @@ def _flatten(d: dict, prefix: str = '') -> dict[str, Any]:
 
 def _read_json(path: str) -> dict[str, Any]:
   try:
-    with open(path) as f:
-      content = json.load(f)
+    content = storage.read_json(path)
     if not isinstance(content, dict):
       raise ValueError('not a JSON object')
   except (OSError, ValueError) as e:

@@ -1,8 +1,17 @@
 """Exclusive use of a workdir: a second run on the same workdir refuses to start.
 
-An advisory ``flock`` on ``workdir/lock[.<process>]``, released by the kernel when the holder
-exits in any way (kill -9 included), so never stale; the file names the holder for the second
-run's message. Network filesystems without cross-host ``flock`` do not protect across hosts.
+* **Local disks:** an advisory ``flock`` on ``workdir/lock[.<process>]``, released by the kernel
+  when the holder exits in any way (kill -9 included), so never stale; the file names the holder
+  for the second run's message. Network filesystems without cross-host ``flock`` do not protect
+  across hosts.
+* **Object storage (gs://)** has no locks, so the lock is a lease: an object holding the holder's
+  host, pid, a random token and a heartbeat that a thread renews every ``LEASE_S / 4`` seconds.
+  A run takes the lock when there is none, when its heartbeat is older than ``LEASE_S`` or when
+  its holder ran on this host and is gone (a kill -9 is resumed at once on the same host; on
+  another host after the lease). It writes its record, waits ``SETTLE_S`` and reads it back: of
+  two runs started together, the one whose record was written last wins and the other refuses.
+  This protects against the mistakes that happen (a second command on a running workdir); it is
+  not a consensus protocol: two runs whose writes take longer than ``SETTLE_S`` could both start.
 """
 
 from __future__ import annotations
@@ -10,11 +19,17 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import secrets
 import socket
+import threading
 import time
-from typing import Iterator
+from typing import Any, Iterator
+
+from data import storage
 
 LOCK_FILE = 'lock'
+LEASE_S = 120.0
+SETTLE_S = 1.0
 
 
 class WorkdirBusyError(RuntimeError):
@@ -23,28 +38,99 @@ class WorkdirBusyError(RuntimeError):
 
 def holder(path: str) -> str:
   """Who holds the lock file at ``path``, as recorded in it ('' if unknown)."""
-  with contextlib.suppress(OSError), open(path) as f:
-    return ' '.join(f.read().split())[:200]
+  with contextlib.suppress(OSError, ValueError):
+    return ' '.join(storage.read_text(path).split())[:200]
   return ''
+
+
+def _busy(workdir: str, who: str) -> WorkdirBusyError:
+  return WorkdirBusyError(
+      f'Another run is using the workdir {workdir}{f" ({who})" if who else ""}; two runs on '
+      "one workdir would overwrite each other's checkpoints and metrics. Wait for it to "
+      'finish or stop it, or use a different --workdir.')
 
 
 @contextlib.contextmanager
 def lock(workdir: str, process_index: int = 0) -> Iterator[None]:
   """Holds the lock during the block; WorkdirBusyError naming the holder if another has it."""
   path = os.path.join(workdir, LOCK_FILE if process_index == 0 else f'{LOCK_FILE}.{process_index}')
+  with (_lease if storage.is_remote(workdir) else _flock)(workdir, path):
+    yield
+
+
+def _record(**extra: Any) -> dict[str, Any]:
+  return dict(pid=os.getpid(), host=socket.gethostname(),
+              since=time.strftime('%Y-%m-%d %H:%M:%S'), **extra)
+
+
+@contextlib.contextmanager
+def _flock(workdir: str, path: str) -> Iterator[None]:
   fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
   try:
     try:
       fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-      who = holder(path)
-      raise WorkdirBusyError(
-          f'Another run is using the workdir {workdir}{f" ({who})" if who else ""}; two runs on '
-          "one workdir would overwrite each other's checkpoints and metrics. Wait for it to "
-          'finish or stop it, or use a different --workdir.') from None
+      raise _busy(workdir, holder(path)) from None
+    record = _record()
     os.ftruncate(fd, 0)
-    os.write(fd, f'pid {os.getpid()} on host {socket.gethostname()}, since '
-                 f'{time.strftime("%Y-%m-%d %H:%M:%S")}\n'.encode())
+    os.write(fd, f'pid {record["pid"]} on host {record["host"]}, since {record["since"]}\n'
+             .encode())
     yield
   finally:
     os.close(fd)
+
+
+def _read_lease(path: str) -> dict[str, Any] | None:
+  with contextlib.suppress(FileNotFoundError, OSError, ValueError):
+    record = storage.read_json(path)
+    return record if isinstance(record, dict) else None
+  return None
+
+
+def _stale(record: dict[str, Any]) -> bool:
+  """Whether a lease's holder is gone: heartbeat expired, or its process is gone from this host."""
+  if time.time() - float(record.get('heartbeat', 0)) > LEASE_S:
+    return True
+  if record.get('host') != socket.gethostname():
+    return False
+  try:
+    os.kill(int(record.get('pid', -1)), 0)
+  except ProcessLookupError:
+    return True
+  except (PermissionError, ValueError, OverflowError):
+    return False
+  return False
+
+
+def _describe(record: dict[str, Any]) -> str:
+  return f'pid {record.get("pid")} on host {record.get("host")}, since {record.get("since")}'
+
+
+@contextlib.contextmanager
+def _lease(workdir: str, path: str) -> Iterator[None]:
+  current = _read_lease(path)
+  if current is not None and not _stale(current):
+    raise _busy(workdir, _describe(current))
+  mine = _record(token=secrets.token_hex(8), heartbeat=time.time())
+  storage.write_json(path, mine)
+  time.sleep(SETTLE_S)
+  current = _read_lease(path)
+  if current is None or current.get('token') != mine['token']:
+    raise _busy(workdir, _describe(current or {}))
+  stop = threading.Event()
+
+  def renew() -> None:
+    while not stop.wait(LEASE_S / 4):
+      with contextlib.suppress(OSError):
+        storage.write_json(path, dict(mine, heartbeat=time.time()))
+
+  thread = threading.Thread(target=renew, name='workdir-lease', daemon=True)
+  thread.start()
+  try:
+    yield
+  finally:
+    stop.set()
+    thread.join()
+    if (_read_lease(path) or {}).get('token') == mine['token']:
+      with contextlib.suppress(OSError):
+        storage.path(path).unlink()
