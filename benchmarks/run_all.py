@@ -175,7 +175,11 @@ def render(results: dict, quick: bool, total_s: float | None) -> str:
             'tokens/s and MFU of the `base` train step at length 512 in bfloat16 with cuDNN fused '
             'attention. It has not been run on a GPU for this file (no accelerator was '
             'available); `accelerator_smoke` above is its `--smoke` run on this CPU, which only '
-            'shows that the script works.', '']
+            'shows that the script works.', '',
+            'The Pallas TPU attention kernels (`model.attention_impl=splash` and `pallas_flash`) '
+            'are only validated in Pallas interpret mode on CPU here, for agreement with '
+            '`explicit` (`tests/test_pallas.py`); no TPU was available, so their speed is not '
+            'measured.', '']
   return '\n'.join(lines)
 
 

@@ -42,7 +42,9 @@ def _model() -> ml_collections.ConfigDict:
   m.attention = 'softmax'  # Attention kind: softmax | linear (paper eq. 19).
   # Softmax attention: 'explicit' (written out), 'xla' or 'cudnn' (jax.nn.dot_product_attention;
   # cudnn: fused flash attention on NVIDIA GPUs), 'chunked' (blocks with an online softmax, memory
-  # linear in the length: long inputs on CPU/TPU), 'auto' (explicit on CPU, xla elsewhere).
+  # linear in the length: long inputs on CPU/TPU), 'splash' / 'pallas_flash' (Pallas TPU kernels;
+  # splash: no bias schemes; pallas_flash: also alibi/t5/shaw as a dense bias; interpret mode, slow,
+  # off TPU), 'auto' (explicit on CPU, xla elsewhere).
   m.attention_impl = 'auto'
   m.attention_chunk_size = 512  # Queries and keys per block with attention_impl='chunked'.
   # Sizes; None takes the preset's value.

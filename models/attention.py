@@ -5,9 +5,11 @@ probabilities that probability dropout and Shaw's relative values need),
 ``jax.nn.dot_product_attention`` (XLA, or cuDNN flash attention on NVIDIA GPUs), or computed in
 blocks with an online softmax (``chunked_attention``, memory linear in the length), chosen by
 ``model.attention_impl``; 'auto' is 'explicit' on CPU, where XLA fuses it into fewer kernels
-(benchmarks/README.md), else 'xla'. Linear attention is ``rope.linear_attention`` (RoFormer
-eq. 19), which rotates phi(q), phi(k) itself. Kernels are HF RoFormer's dense layers reshaped:
-query/key/value [embed, heads, head_dim], output [heads, head_dim, embed].
+(benchmarks/README.md), else 'xla'. 'splash' and 'pallas_flash' are the Pallas TPU kernels
+(``pallas_attention``): compiled on TPU, interpreted (slow, for tests) elsewhere. Linear
+attention is ``rope.linear_attention`` (RoFormer eq. 19), which rotates phi(q), phi(k) itself.
+Kernels are HF RoFormer's dense layers reshaped: query/key/value [embed, heads, head_dim], output
+[heads, head_dim, embed].
 """
 
 from __future__ import annotations
@@ -18,10 +20,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from jax.experimental.pallas import tpu as pltpu
+from jax.experimental.pallas.ops.tpu import flash_attention as pallas_flash
+from jax.experimental.pallas.ops.tpu import splash_attention as splash
 
 import rope
 from models import sharding
-from models.config import ModelConfig
+from models.config import PALLAS_SCHEMES, ModelConfig
 from models.positions import LayerHooks, PositionContext
 
 _HEADS = (sharding.BATCH, sharding.LENGTH, sharding.HEADS, sharding.KV)
@@ -179,6 +184,160 @@ def chunked_attention(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, v_BxSxHxD: jax
   return out_BxTxHxD.astype(v_BxSxHxD.dtype)
 
 
+# The Pallas TPU kernels (``model.attention_impl``, the keys of ``PALLAS_SCHEMES``): 'splash' is
+# splash_attention (segment ids and a causal mask, no logits bias); 'pallas_flash' is
+# flash_attention (the same, plus an additive bias). _PALLAS_BLOCK: both kernels' default tile,
+# also the lane width their segment-id masks need (NUM_LANES); lengths are padded to multiples of
+# it. Untuned: no TPU was available here.
+_PALLAS_BLOCK = 128
+# The key segment id of padding: no query has it, so no query sees a padded key. (The data's
+# documents are numbered from 1, padding 0; without documents every query has 0.)
+_PAD_SEGMENT = np.iinfo(np.int32).min
+
+
+def _pad_length(x_BxLx___: jax.Array, size: int, fill=0) -> jax.Array:
+  """``x`` padded with ``fill`` along axis 1 to ``size``."""
+  widths = [(0, 0), (0, size - x_BxLx___.shape[1])] + [(0, 0)] * (x_BxLx___.ndim - 2)
+  return jnp.pad(x_BxLx___, widths, constant_values=fill)
+
+
+def _round_up(n: int, multiple: int) -> int:
+  return -(-n // multiple) * multiple
+
+
+def _kernel_segments(visibility: Visibility, num_queries: int, q_size: int,
+                     kv_size: int) -> tuple[jax.Array, jax.Array]:
+  """int32 segment ids of the queries [batch, q_size] and keys [batch, kv_size], equal exactly
+  where ``visibility.dense`` lets a query see a key (causality aside): the query's document (0
+  without documents) against the key's document, or ``_PAD_SEGMENT`` at padding keys (and at
+  the keys added to fill the kernel's blocks)."""
+  mask_BxS = visibility.mask_BxL
+  segments_BxS = (jnp.zeros(mask_BxS.shape, jnp.int32) if visibility.segments_BxL is None
+                  else visibility.segments_BxL.astype(jnp.int32))
+  kv_BxS = jnp.where(mask_BxS, segments_BxS, _PAD_SEGMENT)
+  return (_pad_length(segments_BxS[:, :num_queries], q_size),
+          _pad_length(kv_BxS, kv_size, fill=_PAD_SEGMENT))
+
+
+def _splash_kernel(q_BxHxTxD: jax.Array, k_BxHxSxD: jax.Array, v_BxHxSxD: jax.Array,
+                   segments: tuple[jax.Array, jax.Array], *, causal: bool,
+                   interpret: bool) -> jax.Array:
+  """splash_attention per example (it takes [heads, length, head_dim]), vmapped over the batch.
+  The causal mask is static: the kernel skips the key blocks above the diagonal."""
+  heads, q_len, kv_len = q_BxHxTxD.shape[1], q_BxHxTxD.shape[2], k_BxHxSxD.shape[2]
+  mask = (splash.CausalMask((q_len, kv_len)) if causal else splash.FullMask((q_len, kv_len)))
+  size = _PALLAS_BLOCK
+  blocks = splash.BlockSizes(block_q=size, block_kv=size, block_kv_compute=size,
+                             block_q_dkv=size, block_kv_dkv=size, block_kv_dkv_compute=size,
+                             block_q_dq=size, block_kv_dq=size)
+  kernel = splash.make_splash_mha_single_device(
+      splash.MultiHeadMask([mask] * heads), block_sizes=blocks, interpret=interpret)
+  return jax.vmap(kernel)(q_BxHxTxD, k_BxHxSxD, v_BxHxSxD, splash.SegmentIds(*segments))
+
+
+def _flash_kernel(q_BxHxTxD: jax.Array, k_BxHxSxD: jax.Array, v_BxHxSxD: jax.Array,
+                  bias_BxHxTxS: jax.Array | None, segments: tuple[jax.Array, jax.Array], *,
+                  causal: bool, interpret: bool) -> jax.Array:
+  """flash_attention on [batch, heads, length, head_dim]; it adds the bias before its sm_scale,
+  which stays 1 (the queries come scaled), and its backward pass gives the bias's gradient."""
+  size = _PALLAS_BLOCK
+  blocks = pallas_flash.BlockSizes(
+      block_q=size, block_k_major=size, block_k=size, block_b=1, block_q_major_dkv=size,
+      block_k_major_dkv=size, block_k_dkv=size, block_q_dkv=size, block_k_major_dq=size,
+      block_k_dq=size, block_q_dq=size)
+
+  def call(q, k, v, bias, q_segments, kv_segments):
+    return pallas_flash.flash_attention(
+        q, k, v, bias, pallas_flash.SegmentIds(q_segments, kv_segments), causal=causal,
+        sm_scale=1.0, block_sizes=blocks)
+
+  call = _interpreted(call) if interpret else call
+  return call(q_BxHxTxD, k_BxHxSxD, v_BxHxSxD, bias_BxHxTxS, *segments)
+
+
+def _interpreted(fn: Callable) -> Callable:
+  """``fn`` with every pallas_call it traces, forward and backward, interpreted.
+
+  flash_attention has no ``interpret`` argument, and ``pltpu.force_tpu_interpret_mode`` only
+  reaches the calls traced inside it: its custom VJP's backward kernels are traced later, by
+  the transpose, so the backward pass is traced again under the mode here. The mode is given
+  True, not ``InterpretParams``: pallas_call ORs it into its ``interpret``, so the kernels get
+  ``interpret=True`` as splash does, the effect-free interpreter that ``jax.checkpoint``
+  (``model.remat``) accepts; TPU interpret mode's io callbacks it refuses. The last two
+  arguments are integer segment ids (no cotangent)."""
+
+  @jax.custom_vjp
+  def interpreted(*args):
+    with pltpu.force_tpu_interpret_mode(True):
+      return fn(*args)
+
+  def forward(*args):
+    with pltpu.force_tpu_interpret_mode(True):
+      out, backward = jax.vjp(lambda *floats: fn(*floats, *args[-2:]), *args[:-2])
+    return out, backward
+
+  def backward(vjp, cotangent):
+    with pltpu.force_tpu_interpret_mode(True):
+      return (*vjp(cotangent), None, None)
+
+  interpreted.defvjp(forward, backward)
+  return interpreted
+
+
+def pallas_attention(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, v_BxSxHxD: jax.Array,
+                     visibility: Visibility, *, kernel: str, causal: bool,
+                     bias: jax.Array | None = None) -> jax.Array:
+  """``softmax_attention`` by a Pallas TPU kernel, 'splash' or 'pallas_flash', in the inputs' dtype.
+
+  On TPU the kernel is compiled (one device: it is not wrapped in shard_map, and sharding it
+  over a mesh is untested); on any other backend it runs in Pallas interpret mode
+  (``interpret=True``), which is slow and only meant for tests (results agree with 'explicit',
+  see tests/test_pallas.py). The queries are the first T positions; ``visibility`` becomes segment
+  ids (padding keys get a segment no query has) and ``causal`` the kernel's causal mask.
+  ``bias`` [batch or 1, heads or 1, T, S] (float32) only with 'pallas_flash'. No dropout or
+  value term (``models.config`` refuses them). Lengths are padded to whole blocks (padded keys
+  unseen, padded queries dropped). A query that sees no key (padding in packed rows) gets an
+  unspecified finite output where 'explicit' averages all values; nothing real reads it.
+  """
+  if bias is not None and kernel != 'pallas_flash':
+    raise ValueError(f'attention_impl={kernel!r} takes no logits bias; use pallas_flash.')
+  q_len, head_dim = q_BxTxHxD.shape[1], q_BxTxHxD.shape[3]
+  q_size, kv_size = (_round_up(n, _PALLAS_BLOCK) for n in (q_len, k_BxSxHxD.shape[1]))
+  segments = _kernel_segments(visibility, q_len, q_size, kv_size)
+  # The scale goes on the queries, as in softmax_attention (same rounding); splash has none.
+  q_BxTxHxD = q_BxTxHxD * jnp.asarray(1.0 / np.sqrt(head_dim), q_BxTxHxD.dtype)
+  # flash_attention takes a head_dim up to 128 or a multiple of 128: zero features change no
+  # logit, and the zero value features are dropped below.
+  dim = head_dim if head_dim <= 128 or kernel != 'pallas_flash' else _round_up(head_dim, 128)
+  q_BxHxTxD = _to_kernel(q_BxTxHxD, q_size, dim)
+  k_BxHxSxD, v_BxHxSxD = _to_kernel(k_BxSxHxD, kv_size, dim), _to_kernel(v_BxSxHxD, kv_size, dim)
+  interpret = jax.default_backend() != 'tpu'
+  if kernel == 'splash':
+    out_BxHxTxD = _splash_kernel(q_BxHxTxD, k_BxHxSxD, v_BxHxSxD, segments, causal=causal,
+                                 interpret=interpret)
+  else:
+    bias_BxHxTxS = None if bias is None else _kernel_bias(bias, q_BxHxTxD.shape[:2],
+                                                          k_BxSxHxD.shape[1], q_size, kv_size)
+    out_BxHxTxD = _flash_kernel(q_BxHxTxD, k_BxHxSxD, v_BxHxSxD, bias_BxHxTxS, segments,
+                                causal=causal, interpret=interpret)
+  return jnp.swapaxes(out_BxHxTxD, 1, 2)[:, :q_len, :, :head_dim].astype(v_BxSxHxD.dtype)
+
+
+def _to_kernel(x_BxLxHxD: jax.Array, size: int, dim: int) -> jax.Array:
+  """[batch, heads, size, dim]: ``x`` zero-padded to ``size`` positions and ``dim`` features."""
+  x_BxLxHxD = jnp.pad(_pad_length(x_BxLxHxD, size), [(0, 0)] * 3 + [(0, dim - x_BxLxHxD.shape[3])])
+  return jnp.swapaxes(x_BxLxHxD, 1, 2)
+
+
+def _kernel_bias(bias: jax.Array, batch_heads: tuple[int, int], kv_len: int, q_size: int,
+                 kv_size: int) -> jax.Array:
+  """float32 [batch, heads, q_size, kv_size]: the bias broadcast (flash_attention takes no
+  broadcasting) and zero-padded to whole blocks."""
+  bias_BxHxTxS = jnp.broadcast_to(bias, (*batch_heads, bias.shape[2], kv_len))
+  widths = [(0, 0), (0, 0), (0, q_size - bias.shape[2]), (0, kv_size - kv_len)]
+  return jnp.pad(bias_BxHxTxS.astype(jnp.float32), widths)
+
+
 def dot_product_attention(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, v_BxSxHxD: jax.Array,
                           bias: jax.Array | None, mask: jax.Array | None, *,
                           implementation: str, dropout=None, value_term=None) -> jax.Array:
@@ -264,6 +423,10 @@ class SelfAttention(nnx.Module):
         return self._chunked(q_BxTxHxD, k_BxLxHxD, v_BxLxHxD, visibility, ctx)
     with jax.named_scope('positions'):
       bias = self.positions.bias(q_BxTxHxD, ctx_q)
+    if self.implementation in PALLAS_SCHEMES:  # no dropout or value term (models.config)
+      with jax.named_scope('pallas_attention'):
+        return pallas_attention(q_BxTxHxD, k_BxLxHxD, v_BxLxHxD, visibility, bias=bias,
+                                kernel=self.implementation, causal=self.causal)
     dropout = None
     if self.dropout.rate > 0 and not self.dropout.deterministic:
       dropout = lambda probs: self.dropout(probs, rngs=rngs)

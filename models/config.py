@@ -27,8 +27,19 @@ from models import positions
 # to the token embeddings.
 TASKS = ('classify', 'mlm', 'clm')
 ATTENTION_KINDS = ('softmax', 'linear')
-# How softmax attention is computed (``models.attention.dot_product_attention``).
-ATTENTION_IMPLEMENTATIONS = ('auto', 'explicit', 'xla', 'cudnn', 'chunked')
+# How softmax attention is computed (``models.attention.dot_product_attention``; the Pallas TPU
+# kernels splash and pallas_flash: ``models.attention.pallas_attention``).
+ATTENTION_IMPLEMENTATIONS = ('auto', 'explicit', 'xla', 'cudnn', 'chunked', 'splash',
+                             'pallas_flash')
+# The position schemes each Pallas kernel computes exactly. Neither forms the probabilities (no
+# Shaw value term, no probability dropout); splash takes no logits bias, flash_attention an
+# additive one (alibi, t5, shaw's q.a^K term). Schemes that act on q, k or the embeddings fit both.
+PALLAS_SCHEMES = {
+    'splash': ('none', 'sinusoidal', 'learned', 'rotary'),
+    'pallas_flash': ('none', 'sinusoidal', 'learned', 'rotary', 'alibi', 't5', 'shaw'),
+}
+_PALLAS_LIMITS = {'splash': 'it takes no bias on the attention logits',
+                  'pallas_flash': 'it takes one additive logits bias and forms no probabilities'}
 NORMS = ('post', 'pre')
 POOLINGS = ('cls', 'mean')
 DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
@@ -129,12 +140,38 @@ class ModelConfig:
     if self.attention_impl == 'chunked' and self.attention_dropout_rate > 0:
       raise ValueError('model.attention_dropout_rate must be 0 with model.attention_impl=chunked '
                        '(the probabilities are never formed whole); use explicit.')
+    if self.attention_impl in PALLAS_SCHEMES:
+      self._check_pallas()
     if self.attention == 'linear' and self.attention_dropout_rate > 0:
       raise ValueError('model.attention_dropout_rate must be 0 with model.attention=linear '
                        '(linear attention forms no attention probabilities).')
     if self.dual_encoder and self.language_model:
       raise ValueError(f'model.dual_encoder classifies sentence pairs; train.task={self.task} '
                        'trains a language model. Set model.dual_encoder=False.')
+
+  def _check_pallas(self) -> None:
+    """What a Pallas kernel (``model.attention_impl`` splash or pallas_flash) cannot compute."""
+    impl = self.attention_impl
+    if self.attention != 'softmax':
+      raise ValueError(f'model.attention_impl={impl} is a softmax-attention kernel, which '
+                       f'model.attention={self.attention} never uses; set '
+                       'model.attention_impl=auto.')
+    if self.attention_dropout_rate > 0:
+      raise ValueError(f'model.attention_dropout_rate must be 0 with model.attention_impl={impl} '
+                       '(the kernel never forms the probabilities); use explicit.')
+    schemes = PALLAS_SCHEMES[impl]
+    if self.position in positions.SCHEMES and self.position not in schemes:
+      others = [name for name, fits in PALLAS_SCHEMES.items() if self.position in fits]
+      raise ValueError(
+          f'model.position={self.position!r} cannot run on model.attention_impl={impl} '
+          f'({_PALLAS_LIMITS[impl]}): with {impl} valid choices are: {", ".join(schemes)}. '
+          f'For {self.position!r} use model.attention_impl='
+          f'{", ".join(others + ["explicit", "xla"])} or chunked.')
+    if self.shaw_values and self.position == 'shaw':
+      raise ValueError(f"model.position='shaw' with model.shaw_values=True adds a value term "
+                       f'from the probabilities, which model.attention_impl={impl} never forms; '
+                       'set model.shaw_values=False or use model.attention_impl=explicit, xla '
+                       'or chunked.')
 
   @property
   def language_model(self) -> bool:
