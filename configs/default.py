@@ -172,6 +172,11 @@ def _train() -> ml_collections.ConfigDict:
   # but the classification head ('' = a fresh start; resuming this run's own checkpoint wins).
   t.init_from = ''
   t.init_head = False  # With init_from: the head too (same task, e.g. a fine-tune at a longer length).
+  # A jax.profiler trace of steps 'first:last' (e.g. '10:15') into workdir/profile ('' = none).
+  t.profile_steps = ''
+  # Also log to this Weights & Biases project ('' = off; needs `pip install wandb`; set
+  # WANDB_MODE=offline to keep the run in workdir/wandb for `wandb sync`).
+  t.wandb_project = ''
   return t
 
 

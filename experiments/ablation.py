@@ -30,7 +30,8 @@ RESULT_NEUTRAL_FIELDS = ('train.log_every', 'train.checkpoint_every', 'train.kee
                          'train.eval_batch_size', 'train.compilation_cache_dir', 'data.data_dir',
                          'data.prefetch', 'mesh.data', 'mesh.fsdp', 'mesh.tensor',
                          'mesh.dcn_data', 'mesh.dcn_fsdp', 'mesh.dcn_tensor', 'mesh.rules',
-                         'model.remat', 'model.attention_impl', 'model.attention_chunk_size')
+                         'model.remat', 'model.attention_impl', 'model.attention_chunk_size',
+                         'train.profile_steps', 'train.wandb_project')
 
 
 @dataclasses.dataclass(frozen=True)

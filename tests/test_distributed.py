@@ -138,6 +138,7 @@ def test_two_processes_match_one_process_and_restore_on_one_device(tmp_path, dat
   assert codes == [0, 0, 0], [_log(tmp_path, n)[-3000:]
                               for n in ('pair0.log', 'pair1.log', 'single.log')]
   assert '2 process(es), 4 device(s)' in _log(tmp_path, 'pair0.log')
+  assert 'step 2/6' not in _log(tmp_path, 'pair1.log')  # only process 0 logs
   pair, single = _train_records(pair_dir), _train_records(single_dir)
   assert [r['step'] for r in pair] == [r['step'] for r in single] == [2, 4, 6]
   for a, b in zip(pair, single):

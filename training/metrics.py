@@ -1,11 +1,14 @@
 """Metrics of a run, written by process 0 only, through clu's metric writers: ``metrics.jsonl``
 (one record per step and seed, deterministic numbers only, so a killed and resumed run writes
-exactly the file an uninterrupted one does), TensorBoard scalars under ``workdir/tb/seed_<seed>``
-with clu ``ReportProgress``'s steps/s, and progress lines on stdout (mean over members, ETA).
+exactly the file an uninterrupted one does), TensorBoard scalars and the run's hyper-parameters
+(the HParams plugin) under ``workdir/tb/seed_<seed>`` with clu ``ReportProgress``'s steps/s,
+optionally Weights & Biases (``train.wandb_project``), and progress lines on stdout (mean over
+members, ETA). ``Profiler`` traces a window of steps (``train.profile_steps``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -104,12 +107,13 @@ class RunWriter:
   its peak learning rate in a sweep). A no-op on processes other than 0 (but the console)."""
 
   def __init__(self, workdir: str, members: Sequence[Mapping[str, Any]], *, num_steps: int,
-               resume_step: int, log_every: int):
+               resume_step: int, log_every: int, hparams: Mapping[str, Any] | None = None,
+               wandb_project: str = ''):
     self.path = os.path.join(workdir, METRICS_FILE)
     self.members = [dict(m) for m in members]
     self.active = jax.process_index() == 0
     self.console = ConsoleWriter(num_steps)
-    self.tb, self.lines = [], []
+    self.tb, self.lines, self.wandb, self.wandb_dir = [], [], None, None
     if self.active:
       if resume_step and not storage.exists(self.path):
         console(f'{self.path} is missing: the metrics restart at step {resume_step + 1}; the '
@@ -117,9 +121,11 @@ class RunWriter:
       self.lines = [_line(r) for r in read_metrics(workdir) if r['step'] <= resume_step]
       storage.write_atomically(self.path, ''.join(self.lines))
       self.tb_dir = storage.LocalMirror(os.path.join(workdir, 'tb'))
-      self.tb = [metric_writers.SummaryWriter(os.path.join(self.tb_dir.local, '_'.join(
-          f'{k}_{v:g}' if k != 'seed' else f'seed_{v}' for k, v in sorted(m.items()))))
+      self.tb = [metric_writers.SummaryWriter(os.path.join(self.tb_dir.local, _name(m)))
                  for m in self.members]
+      for writer in self.tb:
+        writer.write_hparams(hparams or {})
+      self.wandb, self.wandb_dir = _wandb_run(workdir, wandb_project, hparams or {}, resume_step)
     self.progress = periodic_actions.ReportProgress(
         num_train_steps=num_steps, every_steps=log_every, every_secs=None,
         writer=metric_writers.MultiWriter([self.console, *self.tb]))
@@ -139,6 +145,10 @@ class RunWriter:
                                   if k != 'step' and k not in self.members[0]})
       writer.flush()
     self.tb_dir.sync()
+    if self.wandb is not None:
+      self.wandb.log({**{k: float(np.mean(v)) for k, v in per_member.items()},
+                      **{f'{_name(m)}/{k}': v for m, r in zip(self.members, records)
+                         for k, v in r.items() if k != 'step' and k not in m}}, step=int(step))
 
   def step_time(self) -> float | None:
     """Median seconds per step over the reported windows (the first, with compilation, aside)."""
@@ -150,6 +160,69 @@ class RunWriter:
       writer.close()
     if self.active:
       self.tb_dir.close()
+    if self.wandb is not None:
+      self.wandb.finish()
+      self.wandb_dir.close()
+
+
+def _name(member: Mapping[str, Any]) -> str:
+  """A member's folder and key prefix: 'seed_0', or 'learning_rate_0.001_seed_0' in a sweep."""
+  return '_'.join(f'{k}_{v:g}' if k != 'seed' else f'seed_{v}' for k, v in sorted(member.items()))
+
+
+def _wandb_run(workdir: str, project: str, hparams: Mapping[str, Any], resume_step: int):
+  """A Weights & Biases run (``train.wandb_project``; None if ''), its files in
+  ``workdir/wandb`` (``WANDB_MODE=offline``: kept there for ``wandb sync``), and its folder."""
+  if not project:
+    return None, None
+  import wandb  # pylint: disable=g-import-not-at-top  (optional: only with wandb_project)
+  mirror = storage.LocalMirror(workdir)  # wandb writes into <dir>/wandb
+  run_id = hashlib.sha256(storage.canonical(workdir).encode()).hexdigest()[:16]
+  run = wandb.init(project=project, dir=mirror.local, config=dict(hparams), id=run_id,
+                   resume='allow' if resume_step else None, name=os.path.basename(workdir),
+                   settings=wandb.Settings(silent=True))  # our progress lines are the console's
+  return run, mirror
+
+
+class Profiler:
+  """A ``jax.profiler`` trace of the steps ``train.profile_steps`` ('first:last', both
+  included; '' = off) into ``workdir/profile`` (TensorBoard's profile plugin or Perfetto), by
+  every process (one file per host)."""
+
+  def __init__(self, spec: str, workdir: str):
+    self.first, self.last = parse_step_window(spec) if spec else (0, -1)
+    self.directory = storage.LocalMirror(os.path.join(workdir, 'profile')) if spec else None
+    self.tracing = False
+
+  def before(self, step: int) -> None:
+    if step == self.first:
+      jax.profiler.start_trace(self.directory.local)
+      self.tracing = True
+
+  def after(self, step: int, state: Any) -> None:
+    if self.tracing and step == self.last:
+      jax.block_until_ready(state)  # the window's steps whole in the trace
+      self.close()
+
+  def close(self) -> None:
+    if self.tracing:
+      jax.profiler.stop_trace()
+      self.tracing = False
+    if self.directory is not None:
+      self.directory.close()
+      self.directory = None
+
+
+def parse_step_window(spec: str) -> tuple[int, int]:
+  """'10:15' -> (10, 15); ValueError naming the field otherwise."""
+  try:
+    first, last = (int(x) for x in spec.split(':'))
+  except ValueError:
+    raise ValueError(f"train.profile_steps={spec!r} is not 'first:last' (steps, e.g. '10:15', "
+                     "or '' for no trace).") from None
+  if not 1 <= first <= last:
+    raise ValueError(f'train.profile_steps={spec!r}: need 1 <= first <= last.')
+  return first, last
 
 
 def _line(record: Mapping[str, Any]) -> str:

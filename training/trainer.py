@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import time
 from typing import Any
@@ -41,6 +42,8 @@ def setup_runtime(config: ml_collections.ConfigDict, *, quiet: bool = True) -> N
   if quiet:
     logging.set_verbosity(logging.WARNING)
     tfds.disable_progress_bar()
+  if jax.process_index() > 0:  # one log per run (process 0's); errors still reach every log
+    logging.set_verbosity(logging.ERROR)
   cache = config.get('train', {}).get('compilation_cache_dir')  # validated later, with the rest
   if cache:
     path = os.path.expanduser(cache)
@@ -56,6 +59,7 @@ class _Run:
   exp: Experiment
   ckpt: checkpoints.Checkpointer
   writer: metrics_lib.RunWriter
+  profiler: metrics_lib.Profiler
   start: int
   seconds: dict[str, float] = dataclasses.field(  # wall time of this process's phases
       default_factory=lambda: {'validation_eval': 0.0, 'test_eval': 0.0})
@@ -109,9 +113,18 @@ def _setup(config: ml_collections.ConfigDict, workdir: str, mesh: jax.sharding.M
           f'{jax.process_count()} process(es), {jax.device_count()} device(s), '
           f'mesh {dict(mesh.shape)}.')
   writer = metrics_lib.RunWriter(workdir, exp.members, num_steps=config.train.num_steps,
-                                 resume_step=start, log_every=config.train.log_every)
+                                 resume_step=start, log_every=config.train.log_every,
+                                 hparams=hparams(config), wandb_project=config.train.wandb_project)
   stack.callback(writer.close)
-  return _Run(config, workdir, exp, ckpt, writer, start), state
+  profiler = metrics_lib.Profiler(config.train.profile_steps, workdir)
+  stack.callback(profiler.close)
+  return _Run(config, workdir, exp, ckpt, writer, profiler, start), state
+
+
+def hparams(config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """The config as flat 'group.field' -> scalar (TensorBoard's HParams, Weights & Biases)."""
+  flat = validation.flatten(json.loads(config.to_json_best_effort()))
+  return {k: v if isinstance(v, (bool, int, float, str)) else str(v) for k, v in flat.items()}
 
 
 class _TrainLog:
@@ -154,7 +167,10 @@ def _train(run: _Run, state: Any, watcher: preemption.Watcher) -> tuple[Any, dic
   log, batches = _TrainLog(run), exp.train_batches(run.start)
   pending, last_eval = None, None
   for step in range(run.start + 1, t.num_steps + 1):
-    state, step_metrics = exp.train_step(state, exp.global_batch(next(batches)))
+    run.profiler.before(step)
+    with jax.profiler.StepTraceAnnotation('train', step_num=step):
+      state, step_metrics = exp.train_step(state, exp.global_batch(next(batches)))
+    run.profiler.after(step, state)
     if pending is not None:
       log.add(*jax.device_get(pending))
     pending = (step, step_metrics)

@@ -20,6 +20,7 @@ import rope
 from configs import default
 from data import storage
 from training import checkpoints
+from training import metrics
 from training import optim
 from training import partitioning
 
@@ -34,7 +35,7 @@ RESUMABLE_FIELDS = ('train.num_steps', 'train.eval_every', 'train.log_every',
                     'data.prefetch', 'mesh.data', 'mesh.fsdp', 'mesh.tensor', 'mesh.dcn_data',
                     'mesh.dcn_fsdp', 'mesh.dcn_tensor', 'mesh.rules', 'model.attention_impl',
                     'model.attention_chunk_size', 'train.init_from', 'train.init_head',
-                    'model.remat')
+                    'model.remat', 'train.profile_steps', 'train.wandb_project')
 
 
 def model_config(config: ml_collections.ConfigDict, *, vocab_size: int,
@@ -111,6 +112,8 @@ def check_run_fields(config: ml_collections.ConfigDict) -> None:
     if t[name] <= 0:
       raise ValueError(f'train.{name} must be > 0, got {t[name]}: pass a positive integer, '
                        f'e.g. --config.train.{name}={max(1, abs(t[name]) or 1)}.')
+  if t.profile_steps:
+    metrics.parse_step_window(t.profile_steps)
   if d.max_length <= 1:
     raise ValueError(f'data.max_length must be > 1 ([CLS] plus at least one token), got '
                      f'{d.max_length}: pass e.g. --config.data.max_length=64.')
@@ -229,7 +232,7 @@ def has_checkpoints(workdir: str) -> bool:
 def config_differences(saved: dict[str, Any], config: ml_collections.ConfigDict,
                        ignore: Sequence[str] = ()) -> list[str]:
   """'field: saved X vs now Y' for every dotted field that differs (``ignore`` aside)."""
-  saved, current = _flatten(saved), _flatten(json.loads(config.to_json_best_effort()))
+  saved, current = flatten(saved), flatten(json.loads(config.to_json_best_effort()))
   return [f'{k}: saved {saved.get(k)!r} vs now {current.get(k)!r}'
           for k in sorted(set(saved) | set(current))
           if k not in ignore and saved.get(k) != current.get(k)]
@@ -326,11 +329,12 @@ def _with_defaults(saved: dict[str, Any], defaults: dict[str, Any]) -> dict[str,
   return merged
 
 
-def _flatten(d: dict, prefix: str = '') -> dict[str, Any]:
+def flatten(d: dict, prefix: str = '') -> dict[str, Any]:
+  """A nested dict as 'a.b' -> value."""
   out = {}
   for k, v in d.items():
     if isinstance(v, dict):
-      out.update(_flatten(v, f'{prefix}{k}.'))
+      out.update(flatten(v, f'{prefix}{k}.'))
     else:
       out[f'{prefix}{k}'] = v
   return out
