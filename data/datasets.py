@@ -236,20 +236,19 @@ class Dataset:
                    process_count: int | None = None) -> Iterator[Batch]:
     """All examples of a split once (over all processes), in fixed order, then weight-0 padding.
 
-    Process p of k evaluates the p-th of k contiguous parts of the split; every process yields
-    ``ceil(ceil(n / k) / (global_batch_size / k))`` batches, so multi-host evaluation stays in
-    step. ``max_length``: tokens per example (None: the split's natural length); longer texts
-    are truncated.
+    Process p of k reads and evaluates only the p-th of k contiguous parts of the split; every
+    process yields ``ceil(ceil(n / k) / (global_batch_size / k))`` batches, so multi-host
+    evaluation stays in step. ``max_length``: tokens per example (None: the split's natural
+    length); longer texts are truncated.
     """
     index, count, batch_size = _process(process_index, process_count, global_batch_size)
     lengths = {'train': self.info.train_length, **self.info.eval_splits}
     if split not in lengths:
       raise ValueError(f'{self.info.name} has no split {split!r}; valid: {list(lengths)}')
-    texts, labels = self.source.read(split)
-    start, stop = sources.shard_bounds(len(labels), index, count)
-    num_batches = math.ceil(math.ceil(len(labels) / count) / batch_size)
+    texts, labels = self.source.read(split, index, count)
+    num_batches = math.ceil(math.ceil(self.source.num_examples(split) / count) / batch_size)
     return pipeline.eval_batches(
-        texts[start:stop], labels[start:stop], self.tokenizer,
+        texts, labels, self.tokenizer,
         length=max_length or lengths[split], batch_size=batch_size, num_batches=num_batches,
         prefetch=self.prefetch, pair_layout=self.pair_layout)
 
