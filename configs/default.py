@@ -141,6 +141,12 @@ def _data() -> ml_collections.ConfigDict:
   d.eval_tokens = 65536  # Evaluate on the first this many tokens of each split (the same text at every length).
   d.seed = 0  # Data-order seed, shared by all model seeds so seeds differ only in init and dropout.
   d.prefetch = 2  # Batches prefetched by tf.data.
+  # The training split cut into this many contiguous shards, each filling an equal part of every
+  # batch with its own shuffle (data/sources.py TrainShards): a process reads only the shards its
+  # rows draw from. 1: one shuffle of the whole split, read by every process. On k hosts use a
+  # multiple of k that divides the global batch; it is part of the data order, so keep it fixed
+  # across runs you compare (the number of processes never changes the batches).
+  d.num_shards = 1
   return d
 
 

@@ -177,7 +177,18 @@ def load(data_config: ml_collections.ConfigDict, workdir: str | None, *,
       vocab_size=tokenizer.vocab_size, train_length=data_config.max_length,
       eval_splits={split: n for split, n in lengths.items() if split != 'train'},
       num_train_examples=source.num_examples('train'), pairs=source.pairs)
-  return Dataset(info, source, tokenizer, data_config.prefetch, pair_layout)
+  return Dataset(info, source, tokenizer, data_config.prefetch, pair_layout,
+                 data_config.num_shards)
+
+
+def _shards(num_shards: int, process_index: int | None, process_count: int | None,
+            global_batch_size: int) -> sources.TrainShards:
+  """This process's rows of the global batch and the shards they draw from."""
+  index, _, batch_size = _process(process_index, process_count, global_batch_size)
+  if global_batch_size % num_shards:
+    raise ValueError(f'data.num_shards={num_shards} does not divide the global batch size '
+                     f'{global_batch_size}: each shard fills an equal part of every batch.')
+  return sources.TrainShards(num_shards, global_batch_size, (index * batch_size, batch_size))
 
 
 def _process(process_index: int | None, process_count: int | None,
@@ -204,6 +215,7 @@ class Dataset:
   tokenizer: tokenizers.Tokenizer
   prefetch: int
   pair_layout: str = 'joint'
+  num_shards: int = 1  # data.num_shards: see sources.TrainShards
 
   def num_examples(self, split: str, length: int | None = None) -> int:
     """Examples in the whole split (at any length)."""
@@ -219,17 +231,16 @@ class Dataset:
     Global batch i (of B = ``global_batch_size`` examples) depends only on (data, seed, i):
     process p of k (default: JAX's) yields rows ``[p * B / k, (p + 1) * B / k)`` of it, and
     ``start_step=s`` yields exactly what a fresh iterator yields from its s-th batch on. Each
-    process reads the split's texts (the order is global) but tokenizes only its rows. Examples
-    have ``info.train_length`` tokens.
+    process reads only the shards of the split its rows draw from (``sources.TrainShards``) and
+    tokenizes only its rows. Examples have ``info.train_length`` tokens.
     """
-    index, _, batch_size = _process(process_index, process_count, global_batch_size)
-    texts, labels = self.source.read('train')
-    if not len(labels):
+    if not self.source.num_examples('train'):
       raise ValueError(f'The training split of {self.info.name} is empty.')
+    shards = _shards(self.num_shards, process_index, process_count, global_batch_size)
     return pipeline.train_batches(
-        texts, labels, self.tokenizer, length=self.info.train_length,
-        global_batch_size=global_batch_size, rows=(index * batch_size, batch_size), seed=seed,
-        start_step=start_step, prefetch=self.prefetch, pair_layout=self.pair_layout)
+        sources.read_shards(self.source, 'train', shards), self.tokenizer, shards=shards,
+        length=self.info.train_length, seed=seed, start_step=start_step,
+        prefetch=self.prefetch, pair_layout=self.pair_layout)
 
   def eval_batches(self, split: str, *, global_batch_size: int, max_length: int | None = None,
                    process_index: int | None = None,
@@ -281,6 +292,7 @@ class LanguageModelDataset:
   tokenizer: tokenizers.Tokenizer
   targets: lm.Targets
   eval_tokens: int
+  num_shards: int = 1  # data.num_shards: see sources.TrainShards
 
   @classmethod
   def load(cls, data_config: ml_collections.ConfigDict, workdir: str | None,
@@ -302,7 +314,7 @@ class LanguageModelDataset:
                      **{f'test_{n}': n for n in extra if n != length}},
         num_train_examples=source.num_examples('train'), task=task)
     return cls(info, source, tokenizer, lm.Targets(task, masking, data_config.seed),
-               data_config.eval_tokens)
+               data_config.eval_tokens, data_config.num_shards)
 
   def stream(self, split: str) -> lm.Stream:
     """A split's documents tokenized (cached; ``test_<n>`` is ``test``)."""
@@ -315,17 +327,23 @@ class LanguageModelDataset:
   def _length(self, split: str) -> int:
     return {'train': self.info.train_length, **self.info.eval_splits}[split]
 
-  def packing_efficiency(self, split: str = 'train') -> float:
-    return lm.packing_efficiency(self.stream(split), self._length(split))
+  def train_rows(self, shards: sources.TrainShards | None = None) -> list[dict]:
+    """The packed training rows of each shard in ``shards.needed`` (default: this process's
+    shards), each shard packed on its own."""
+    shards = shards or _shards(self.num_shards, None, None, self.num_shards * jax.process_count())
+    return [_shard_rows(self, j, shards.count, self.info.train_length) for j in shards.needed]
+
+  def packing_efficiency(self) -> float:
+    """Real tokens / slots of this process's training rows."""
+    rows = self.train_rows()
+    return sum(int(r['mask'].sum()) for r in rows) / sum(r['mask'].size for r in rows)
 
   def train_batches(self, *, seed: int, global_batch_size: int, start_step: int = 0,
                     process_index: int | None = None,
                     process_count: int | None = None) -> Iterator[dict]:
     """As ``Dataset.train_batches``, of packed rows (``data/lm.py``)."""
-    index, _, batch_size = _process(process_index, process_count, global_batch_size)
-    packed = _rows(self, 'train', self.info.train_length)
-    return lm.train_batches(packed, self.targets, global_batch_size=global_batch_size,
-                            rows=(index * batch_size, batch_size), seed=seed,
+    shards = _shards(self.num_shards, process_index, process_count, global_batch_size)
+    return lm.train_batches(self.train_rows(shards), self.targets, shards=shards, seed=seed,
                             start_step=start_step)
 
   def eval_batches(self, split: str, *, global_batch_size: int, max_length: int | None = None,
@@ -349,6 +367,16 @@ class LanguageModelDataset:
 @functools.lru_cache(maxsize=8)
 def _stream(dataset: LanguageModelDataset, split: str) -> lm.Stream:
   return lm.tokenize(dataset.tokenizer, lm.corpus_texts(dataset.source.read, split))
+
+
+@functools.lru_cache(maxsize=8)
+def _shard_rows(dataset: LanguageModelDataset, shard: int, count: int, length: int) -> dict:
+  """Shard ``shard`` of ``count`` of the training split, tokenized and packed at ``length``."""
+  texts = lm.corpus_texts(lambda split: dataset.source.read(split, shard, count), 'train')
+  if not texts:
+    raise ValueError(f'The training split has fewer documents than data.num_shards={count} (a '
+                     'shard is empty): lower data.num_shards.')
+  return lm.pack(lm.tokenize(dataset.tokenizer, texts), length)
 
 
 @functools.lru_cache(maxsize=8)

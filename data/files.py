@@ -416,6 +416,9 @@ class DocumentsSource:
   def num_examples(self, split: str) -> int:
     return len(self._documents[split])
 
-  def read(self, split: str) -> tuple[np.ndarray, np.ndarray]:
+  def read(self, split: str, shard_index: int = 0,
+           shard_count: int = 1) -> tuple[np.ndarray, np.ndarray]:
     documents = self._documents[split]
+    start, stop = shard_bounds(len(documents), shard_index, shard_count)
+    documents = documents[start:stop]
     return np.asarray(documents + [b''], object)[:-1], np.zeros(len(documents), np.int32)

@@ -31,6 +31,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from data import sources
 from data import tokenizers
 
 Batch = dict[str, np.ndarray]
@@ -167,19 +168,28 @@ class Targets:
     return {k: np.stack([m[k] for m in masked]) for k in masked[0]}
 
 
-def train_batches(packed: dict[str, np.ndarray], targets: Targets, *, global_batch_size: int,
-                  rows: tuple[int, int], seed: int, start_step: int) -> Iterator[Batch]:
-  """Infinite training batches of ``packed`` rows from ``start_step`` on: this process's
-  ``rows`` (first row, number b) of each global batch (see the module doc)."""
-  num = len(packed['inputs'])
-  first_row, batch_size = rows
-  permutation = functools.lru_cache(maxsize=2)(
-      lambda epoch: np.random.default_rng([seed, epoch]).permutation(num))
+def train_batches(parts: list[dict[str, np.ndarray]], targets: Targets, *,
+                  shards: sources.TrainShards, seed: int, start_step: int) -> Iterator[Batch]:
+  """Infinite training batches from ``start_step`` on: this process's ``shards.rows`` (first
+  row, number b) of each global batch, from ``parts``, the packed rows of the shards
+  ``shards.needed`` (see the module doc)."""
+  first_row, batch_size = shards.rows
+  packed = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+  sizes = [len(p['inputs']) for p in parts]
+  offsets = np.cumsum([0] + sizes[:-1])
+  permutation = functools.lru_cache(maxsize=2 * len(parts))(
+      lambda key, num: np.random.default_rng([seed, key]).permutation(num))
   step = start_step
   while True:
-    slots = step * global_batch_size + first_row + np.arange(batch_size)
-    index = np.asarray([permutation(int(slot // num))[slot % num] for slot in slots])
-    yield targets({k: v[index] for k, v in packed.items()}, slots, stream_id=0)
+    rows = first_row + np.arange(batch_size)
+    index = []
+    for row in rows:
+      shard, slot = shards.locate(step, int(row))
+      part = shard - shards.needed.start
+      num = sizes[part]
+      index.append(offsets[part] + permutation(shards.epoch_key(slot // num, shard), num)[slot % num])
+    slots = step * shards.global_batch_size + rows
+    yield targets({k: v[np.asarray(index)] for k, v in packed.items()}, slots, stream_id=0)
     step += 1
 
 

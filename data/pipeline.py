@@ -12,12 +12,13 @@ A batch is a dict of NumPy arrays:
 * ``label``: int32 [b] class ids (float32 targets for regression);
 * ``weight``: float32 [b]: 1 for a real example, 0 for padding added to fill the last eval batch.
 
-Training order: the example used at row j of global batch s (global batch size G) is the
-``(s * G + j) mod n``-th entry of a permutation of the split's n examples that depends only on
-(seed, epoch = (s * G + j) // n, n); a process yields its rows of each global batch. Each example
-index is computed from its slot alone (``tf.random.experimental.index_shuffle``), so starting at
-step s costs nothing and yields exactly the batches a fresh iterator yields from step s on; every
-epoch is reshuffled.
+Training order (``sources.TrainShards``; with one shard): the example used at row j of global
+batch s (global batch size G) is the ``(s * G + j) mod n``-th entry of a permutation of the
+split's n examples that depends only on (seed, epoch = (s * G + j) // n, n); a process yields its
+rows of each global batch. With ``data.num_shards`` = S, rows of a global batch draw in the same
+way from S contiguous shards of the split (G / S rows each). Each example index is computed from
+its slot alone (``tf.random.experimental.index_shuffle``), so starting at step s costs nothing and
+yields exactly the batches a fresh iterator yields from step s on; every epoch is reshuffled.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from data import sources
 from data import tokenizers
 
 Batch = dict[str, np.ndarray]
@@ -50,25 +52,28 @@ def _features(tokenizer: tokenizers.Tokenizer, texts: tf.Tensor, labels: tf.Tens
           'weight': weights}
 
 
-def train_batches(texts: np.ndarray, labels: np.ndarray, tokenizer: tokenizers.Tokenizer, *,
-                  length: int, global_batch_size: int, rows: tuple[int, int], seed: int,
-                  start_step: int, prefetch: int, pair_layout: str = 'joint') -> Iterator[Batch]:
-  """Infinite shuffled batches of ``length`` tokens from ``start_step`` on, of the whole split
-  (texts object [n] of bytes or [n, 2] pairs, labels int32 [n], n >= 1): this process's
-  ``rows`` (first row, number of rows b) of each global batch; tf.data prepares ``prefetch``
-  batches ahead."""
-  num = len(labels)
-  first_row, batch_size = rows
-  all_texts = tf.constant(texts, tf.string)
-  all_labels = tf.constant(labels)  # int32 class ids, or float32 regression targets
+def train_batches(parts: list[tuple[np.ndarray, np.ndarray]], tokenizer: tokenizers.Tokenizer,
+                  *, shards: sources.TrainShards, length: int, seed: int, start_step: int,
+                  prefetch: int, pair_layout: str = 'joint') -> Iterator[Batch]:
+  """Infinite shuffled batches of ``length`` tokens from ``start_step`` on: this process's
+  ``shards.rows`` (first row, number b) of each global batch, from ``parts``, the (texts object
+  [n] of bytes or [n, 2] pairs, labels int32 [n], n >= 1) of the shards ``shards.needed``;
+  tf.data prepares ``prefetch`` batches ahead."""
+  first_row, batch_size = shards.rows
+  sizes = tf.constant([len(labels) for _, labels in parts], tf.int64)
+  offsets = tf.constant(np.cumsum([0] + [len(labels) for _, labels in parts[:-1]]), tf.int64)
+  all_texts = tf.constant(np.concatenate([texts for texts, _ in parts]), tf.string)
+  all_labels = tf.constant(np.concatenate([labels for _, labels in parts]))  # ids or targets
 
   def example_index(local_slot: tf.Tensor) -> tf.Tensor:
-    """This process's slot -> global slot (examples since step 0) -> index of the example
-    there: its place in its epoch's permutation."""
-    slot = local_slot // batch_size * global_batch_size + first_row + local_slot % batch_size
-    seed_pair = tf.stack([tf.constant(seed, tf.int64), slot // num])
-    last = tf.constant(num - 1, tf.int64)
-    return tf.random.experimental.index_shuffle(slot % num, seed_pair, last)
+    """This process's slot -> (shard, slot in the shard) -> index of the example there: its
+    place in its shard's permutation of that epoch."""
+    shard, slot = shards.locate(local_slot // batch_size, first_row + local_slot % batch_size)
+    part = shard - shards.needed.start
+    num = tf.gather(sizes, part)
+    seed_pair = tf.stack([tf.constant(seed, tf.int64), shards.epoch_key(slot // num, shard)])
+    return tf.gather(offsets, part) + tf.random.experimental.index_shuffle(
+        slot % num, seed_pair, num - 1)
 
   def batch(indices: tf.Tensor) -> dict[str, tf.Tensor]:
     return _features(tokenizer, tf.gather(all_texts, indices), tf.gather(all_labels, indices),

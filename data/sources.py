@@ -6,6 +6,7 @@ into memory as NumPy arrays: texts (object [n] of bytes) and labels (int32 [n]).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from typing import Any, Protocol
 
@@ -36,6 +37,52 @@ def shard_bounds(num: int, index: int, count: int) -> tuple[int, int]:
   """[start, stop) of part ``index`` when ``num`` items are cut into ``count`` contiguous parts
   whose sizes differ by at most one."""
   return num * index // count, num * (index + 1) // count
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainShards:
+  """How the training split is shared out between processes (``data.num_shards``).
+
+  The split is cut into ``count`` contiguous shards (``Source.read(split, j, count)``). Rows
+  ``[j R, (j + 1) R)`` of every global batch of B rows (R = B / count) draw from shard j, in its
+  own shuffle per epoch. The global batches depend on ``count``, never on the number of
+  processes; a process owning ``rows`` (first row, number) reads only the shards its rows draw
+  from: its 1/k of the split when the k processes divide ``count``, the whole split when
+  ``count`` is 1 (one shuffle of the whole split).
+  """
+
+  count: int
+  global_batch_size: int
+  rows: tuple[int, int]
+
+  @property
+  def rows_per_shard(self) -> int:
+    return self.global_batch_size // self.count
+
+  @property
+  def needed(self) -> range:
+    """The shards this process's rows draw from."""
+    first, num = self.rows
+    return range(first // self.rows_per_shard, (first + num - 1) // self.rows_per_shard + 1)
+
+  def locate(self, step: Any, row: Any) -> tuple[Any, Any]:
+    """(shard, slot in the shard: examples it gave before) of global-batch ``row`` at ``step``;
+    ints, NumPy arrays or tf tensors alike."""
+    return row // self.rows_per_shard, step * self.rows_per_shard + row % self.rows_per_shard
+
+  def epoch_key(self, epoch: Any, shard: Any) -> Any:
+    """The shuffle key of (epoch, shard); with one shard, the epoch."""
+    return epoch * self.count + shard
+
+
+def read_shards(source: Source, split: str, shards: TrainShards) -> list[tuple[np.ndarray,
+                                                                              np.ndarray]]:
+  """(texts, labels) of each shard in ``shards.needed``; ValueError if one is empty."""
+  parts = [source.read(split, j, shards.count) for j in shards.needed]
+  if any(not len(labels) for _, labels in parts):
+    raise ValueError(f'The {split} split has fewer examples than data.num_shards='
+                     f'{shards.count} (a shard is empty): lower data.num_shards.')
+  return parts
 
 
 def text_info(builder: tfds.core.DatasetBuilder, label_feature: tfds.features.ClassLabel,

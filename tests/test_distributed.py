@@ -132,8 +132,11 @@ def test_meshes_match_one_device_and_shard_parameters(tmp_path, data_dir):
 def test_two_processes_match_one_process_and_restore_on_one_device(tmp_path, data_dir):
   pair_dir, single_dir = str(tmp_path / 'pair'), str(tmp_path / 'single')
   # The pair builds its mesh as 2 (processes, over DCN) x 2 (devices): the hybrid-mesh path.
-  procs = _start_pair(pair_dir, data_dir, tmp_path, '--config.mesh.dcn_data=2')
-  procs.append(_start(_train_command(single_dir, data_dir), 4, tmp_path / 'single.log'))
+  # Two training shards: each process reads only its half of the training split.
+  procs = _start_pair(pair_dir, data_dir, tmp_path, '--config.mesh.dcn_data=2',
+                      '--config.data.num_shards=2')
+  procs.append(_start(_train_command(single_dir, data_dir, '--config.data.num_shards=2'), 4,
+                      tmp_path / 'single.log'))
   codes = _wait(procs)
   assert codes == [0, 0, 0], [_log(tmp_path, n)[-3000:]
                               for n in ('pair0.log', 'pair1.log', 'single.log')]
@@ -243,7 +246,8 @@ def test_per_device_batch_size_fits_256_devices(tmp_path, data_dir):
   workdir = tmp_path / 'pod'
   proc = subprocess.run(
       _train_command(workdir, data_dir, '--config.mesh.fsdp=4', '--config.train.batch_size=0',
-                     '--config.train.per_device_batch_size=1', '--config.train.num_steps=2',
+                     '--config.train.per_device_batch_size=1', '--config.data.num_shards=64',
+                     '--config.train.num_steps=2',
                      '--config.train.log_every=1', '--config.train.eval_every=2',
                      '--config.train.checkpoint_every=2', '--config.train.eval_max_length=64'),
       cwd=ROOT, env=_env(256), capture_output=True, text=True, timeout=900, check=False)

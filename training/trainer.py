@@ -105,7 +105,8 @@ def _setup(config: ml_collections.ConfigDict, workdir: str, mesh: jax.sharding.M
     if config.train.init_from:
       state = init_from.initial_state(state, exp, config)
   if exp.model_config.language_model:
-    console(f'{exp.info.name}: {len(exp.dataset.stream("train").ids):,} training tokens packed '
+    tokens = sum(int(rows['mask'].sum()) for rows in exp.dataset.train_rows())
+    console(f'{exp.info.name}: {tokens:,} training tokens (this process\'s shards) packed '
             f'into rows of {exp.info.train_length} at '
             f'{100 * exp.dataset.packing_efficiency():.2f}% efficiency (real tokens / slots).')
   console(f'{exp.model_config.position}/{exp.model_config.attention} model, '

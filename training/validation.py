@@ -114,6 +114,10 @@ def check_run_fields(config: ml_collections.ConfigDict) -> None:
                        f'e.g. --config.train.{name}={max(1, abs(t[name]) or 1)}.')
   if t.profile_steps:
     metrics.parse_step_window(t.profile_steps)
+  if d.num_shards < 1 or (t.batch_size and t.batch_size % d.num_shards):
+    raise ValueError(f'data.num_shards={d.num_shards} must be >= 1 and divide the global batch '
+                     f'(train.batch_size={t.batch_size}): each shard fills an equal part of every '
+                     'batch. Use a divisor of the batch size that is a multiple of the hosts.')
   if d.max_length <= 1:
     raise ValueError(f'data.max_length must be > 1 ([CLS] plus at least one token), got '
                      f'{d.max_length}: pass e.g. --config.data.max_length=64.')
