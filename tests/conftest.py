@@ -12,6 +12,15 @@ def tfds_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope='session')
+def csv_file(tmp_path_factory):
+  """A small CSV dataset (300 rows, 3 classes): cheap to read and to evaluate."""
+  path = tmp_path_factory.mktemp('data') / 'train.csv'
+  path.write_text('text,label\n' + ''.join(f'example {i} {"ab" * (i % 7)},{i % 3}\n'
+                                             for i in range(300)))
+  return str(path)
+
+
+@pytest.fixture(scope='session')
 def run_config(tfds_dir):
   """``run_config(**{'group.field': value})``: configs/tiny.py on this process's TFDS data_dir,
   with dotted overrides."""

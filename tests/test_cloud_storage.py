@@ -90,14 +90,6 @@ def gcs(tmp_path_factory):
         os.environ[k] = v
 
 
-@pytest.fixture(scope='module')
-def csv_file(tmp_path_factory):
-  path = tmp_path_factory.mktemp('data') / 'train.csv'
-  path.write_text('text,label\n' + ''.join(f'example {i} {"ab" * (i % 7)},{i % 3}\n'
-                                             for i in range(300)))
-  return str(path)
-
-
 def _train_command(workdir, csv_file, cache):
   return [sys.executable, 'train.py', '--config=configs/tiny.py', f'--workdir={workdir}',
           '--config.data.name=files', f'--config.data.train_files={csv_file}',

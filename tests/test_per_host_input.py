@@ -8,16 +8,8 @@ import pytest
 from data import datasets, sources
 
 
-@pytest.fixture(scope='module')
-def csv_path(tmp_path_factory):
-  path = tmp_path_factory.mktemp('data') / 'train.csv'
-  path.write_text('text,label\n' + ''.join(f'example {i} {"ab" * (i % 5)},{i % 3}\n'
-                                             for i in range(90)))
-  return str(path)
-
-
-def _load(run_config, csv_path, tmp_path, num_shards, **overrides):
-  config = run_config(**{'data.name': 'files', 'data.train_files': csv_path,
+def _load(run_config, csv_file, tmp_path, num_shards, **overrides):
+  config = run_config(**{'data.name': 'files', 'data.train_files': csv_file,
                          'data.num_shards': num_shards, **overrides})
   dataset = datasets.load(config.data, str(tmp_path), task=overrides.get('train.task', 'classify'))
   reads = []
@@ -42,15 +34,15 @@ def _joined(parts):
 
 
 @pytest.mark.parametrize('task', ['classify', 'mlm'])
-def test_two_processes_read_their_shards_and_form_the_global_batches(run_config, csv_path,
+def test_two_processes_read_their_shards_and_form_the_global_batches(run_config, csv_file,
                                                                      tmp_path, task):
   extra = {} if task == 'classify' else {'train.task': 'mlm', 'data.max_length': 16}
-  dataset, _ = _load(run_config, csv_path, tmp_path, 4, **extra)
+  dataset, _ = _load(run_config, csv_file, tmp_path, 4, **extra)
   single = _take(dataset.train_batches(seed=1, global_batch_size=8, process_index=0,
                                        process_count=1), 12)
   pair = []
   for p in range(2):  # each process with its own dataset object (and caches)
-    own, reads = _load(run_config, csv_path, tmp_path, 4, **extra)
+    own, reads = _load(run_config, csv_file, tmp_path, 4, **extra)
     pair.append(_take(own.train_batches(seed=1, global_batch_size=8, process_index=p,
                                         process_count=2), 12))
     # Process p of 2 reads shards 2p and 2p + 1 of 4 of the training split: its half.
@@ -65,11 +57,11 @@ def test_two_processes_read_their_shards_and_form_the_global_batches(run_config,
     assert all(np.array_equal(a[k], b[k]) for k in a)
 
 
-def test_each_shard_fills_its_rows_with_its_own_examples(run_config, csv_path, tmp_path):
-  dataset, _ = _load(run_config, csv_path, tmp_path, 2)
+def test_each_shard_fills_its_rows_with_its_own_examples(run_config, csv_file, tmp_path):
+  dataset, _ = _load(run_config, csv_file, tmp_path, 2)
   texts = {j: set(dataset.source.read('train', j, 2)[0]) for j in range(2)}
   batches = _take(dataset.train_batches(seed=0, global_batch_size=4, process_index=0,
-                                        process_count=1), 30)
+                                        process_count=1), 80)
   decode = lambda batch, row: dataset.tokenizer.decode(batch['inputs'][row][batch['mask'][row]])
   for batch in batches:
     for row in range(4):
@@ -80,8 +72,8 @@ def test_each_shard_fills_its_rows_with_its_own_examples(run_config, csv_path, t
   assert len(set(seen)) == len(seen)
 
 
-def test_shards_must_divide_the_batch(run_config, csv_path, tmp_path):
-  dataset, _ = _load(run_config, csv_path, tmp_path, 3)
+def test_shards_must_divide_the_batch(run_config, csv_file, tmp_path):
+  dataset, _ = _load(run_config, csv_file, tmp_path, 3)
   with pytest.raises(ValueError, match='data.num_shards=3 does not divide'):
     dataset.train_batches(seed=0, global_batch_size=8)
   with pytest.raises(ValueError, match='data.num_shards'):

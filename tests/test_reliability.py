@@ -54,15 +54,6 @@ def compilation_cache(tmp_path_factory):
 
 
 @pytest.fixture(scope='module')
-def csv_file(tmp_path_factory):
-  """A small CSV dataset: cheap to read and to evaluate (no TFDS preparation)."""
-  path = tmp_path_factory.mktemp('data') / 'train.csv'
-  path.write_text('text,label\n' + ''.join(f'example {i} {"ab" * (i % 7)},{i % 3}\n'
-                                             for i in range(300)))
-  return str(path)
-
-
-@pytest.fixture(scope='module')
 def files_config(run_config, csv_file):
   """``files_config(**overrides)``: the tiny run config on the module's CSV file."""
   return lambda **overrides: run_config(**{'data.name': 'files', 'data.train_files': csv_file,
