@@ -201,6 +201,15 @@ def test_a_live_lease_refuses_a_second_run_and_a_dead_one_is_taken_over(gcs, mon
                      dict(record, heartbeat=time.time() - 2 * workdir_lib.LEASE_S))
   with workdir_lib.lock(workdir):
     pass
+  # Taken over while held (e.g. after a long stall): the holder finds out at its next check.
+  monkeypatch.setattr(workdir_lib, 'LEASE_S', 0.4)
+  with workdir_lib.lock(workdir) as held:
+    held.check()
+    storage.write_json(f'{workdir}/lock', dict(record, heartbeat=time.time()))
+    time.sleep(0.5)
+    with pytest.raises(workdir_lib.WorkdirBusyError, match='lease on the workdir'):
+      held.check()
+  assert storage.read_json(f'{workdir}/lock')['host'] == 'elsewhere'  # not deleted by the loser
 
 
 def test_local_paths_are_unchanged(tmp_path):

@@ -61,6 +61,7 @@ class _Run:
   writer: metrics_lib.RunWriter
   profiler: metrics_lib.Profiler
   start: int
+  held: workdir_lib.Held | None = None  # the workdir lock, checked before each save
   seconds: dict[str, float] = dataclasses.field(  # wall time of this process's phases
       default_factory=lambda: {'validation_eval': 0.0, 'test_eval': 0.0})
 
@@ -75,13 +76,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     init_from.check_source(config)
   workdir = storage.canonical(workdir)
   storage.makedirs(workdir)
-  with workdir_lib.lock(workdir, jax.process_index()), contextlib.ExitStack() as stack:
+  with workdir_lib.lock(workdir, jax.process_index()) as held, contextlib.ExitStack() as stack:
     # Before the setup: a SIGTERM while the data is prepared or the step compiles is honoured
     # at the first step (saved there, exit 0), not the default kill (exit 143).
     watcher = stack.enter_context(preemption.Watcher())
     if start_from_source and jax.process_index() == 0:
       init_from.copy_tokenizer(config, workdir)
     run, state = _setup(config, workdir, mesh, stack)
+    run.held = held
     state, last_eval = _train(run, state, watcher)
     return _summarize(run, state, last_eval)
 
@@ -191,6 +193,7 @@ def _train(run: _Run, state: Any, watcher: preemption.Watcher) -> tuple[Any, dic
       run.writer.write(step, {f'validation/{k}': v for k, v in last_eval.items()
                               if k not in ('count', 'score')})
     if saved:  # a candidate for the best only if evaluated at this step, with a finite loss
+      run.held.check()
       score = float(np.mean(last_eval['score'])) if evaluated else np.nan
       finite = np.isfinite(score) and np.all(np.isfinite(last_eval['loss']))
       run.ckpt.save(step, state, score if finite else None)

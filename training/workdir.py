@@ -50,12 +50,29 @@ def _busy(workdir: str, who: str) -> WorkdirBusyError:
       'finish or stop it, or use a different --workdir.')
 
 
+class Held:
+  """The lock while held: ``check()`` raises WorkdirBusyError once a lease is lost (taken over
+  by another run, or not renewed for ``LEASE_S``); a ``flock`` is never lost."""
+
+  def __init__(self, workdir: str):
+    self.workdir = workdir
+    self.lost = threading.Event()
+
+  def check(self) -> None:
+    if self.lost.is_set():
+      raise WorkdirBusyError(
+          f'The lease on the workdir {self.workdir} was lost (another run took it over, or it '
+          f'could not be renewed for {LEASE_S:.0f} s); stopping so that two runs do not write '
+          'one workdir. Rerun the command to resume once the other run has finished.')
+
+
 @contextlib.contextmanager
-def lock(workdir: str, process_index: int = 0) -> Iterator[None]:
+def lock(workdir: str, process_index: int = 0) -> Iterator[Held]:
   """Holds the lock during the block; WorkdirBusyError naming the holder if another has it."""
   path = os.path.join(workdir, LOCK_FILE if process_index == 0 else f'{LOCK_FILE}.{process_index}')
-  with (_lease if storage.is_remote(workdir) else _flock)(workdir, path):
-    yield
+  held = Held(workdir)
+  with (_lease if storage.is_remote(workdir) else _flock)(workdir, path, held):
+    yield held
 
 
 def _record(**extra: Any) -> dict[str, Any]:
@@ -64,7 +81,8 @@ def _record(**extra: Any) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _flock(workdir: str, path: str) -> Iterator[None]:
+def _flock(workdir: str, path: str, held: Held) -> Iterator[None]:
+  del held  # never lost
   fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
   try:
     try:
@@ -106,8 +124,27 @@ def _describe(record: dict[str, Any]) -> str:
   return f'pid {record.get("pid")} on host {record.get("host")}, since {record.get("since")}'
 
 
+def _renew(path: str, mine: dict[str, Any], held: Held, stop: threading.Event) -> None:
+  """The heartbeat thread: renews the lease while it is ours; marks it lost once another run
+  holds it or no renewal succeeded for LEASE_S (storage errors are retried at the next beat)."""
+  renewed = time.time()
+  while not stop.wait(LEASE_S / 4):
+    try:
+      current = _read_lease(path)
+      if current is not None and current.get('token') != mine['token']:
+        break
+      storage.write_json(path, dict(mine, heartbeat=time.time()))
+      renewed = time.time()
+    except Exception:  # pylint: disable=broad-except  (gcsfs raises HttpError after retries)
+      if time.time() - renewed > LEASE_S:
+        break
+  else:
+    return
+  held.lost.set()
+
+
 @contextlib.contextmanager
-def _lease(workdir: str, path: str) -> Iterator[None]:
+def _lease(workdir: str, path: str, held: Held) -> Iterator[None]:
   current = _read_lease(path)
   if current is not None and not _stale(current):
     raise _busy(workdir, _describe(current))
@@ -118,19 +155,14 @@ def _lease(workdir: str, path: str) -> Iterator[None]:
   if current is None or current.get('token') != mine['token']:
     raise _busy(workdir, _describe(current or {}))
   stop = threading.Event()
-
-  def renew() -> None:
-    while not stop.wait(LEASE_S / 4):
-      with contextlib.suppress(OSError):
-        storage.write_json(path, dict(mine, heartbeat=time.time()))
-
-  thread = threading.Thread(target=renew, name='workdir-lease', daemon=True)
+  thread = threading.Thread(target=_renew, args=(path, mine, held, stop), name='workdir-lease',
+                            daemon=True)
   thread.start()
   try:
     yield
   finally:
     stop.set()
     thread.join()
-    if (_read_lease(path) or {}).get('token') == mine['token']:
-      with contextlib.suppress(OSError):
+    with contextlib.suppress(Exception):  # never hide the block's own exception
+      if (_read_lease(path) or {}).get('token') == mine['token']:
         storage.path(path).unlink()
