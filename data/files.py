@@ -97,10 +97,13 @@ def _to_bytes(text: str) -> bytes:
 def _open(path: str) -> IO[str]:
   """The file as text (gunzipped for .gz), a leading byte-order mark skipped, bytes that are not
   UTF-8 kept (``_to_bytes`` restores them)."""
-  raw = storage.path(path).open('rb')
-  if path.lower().endswith('.gz'):
-    raw = gzip.open(raw, 'rb')
-  return io.TextIOWrapper(raw, newline='', encoding='utf-8-sig', errors='surrogateescape')
+  if not path.lower().endswith('.gz'):
+    binary = storage.path(path).open('rb')
+  elif storage.is_remote(path):  # gzip would not close a file object it was given
+    binary = io.BytesIO(gzip.decompress(storage.read_bytes(path)))
+  else:
+    binary = gzip.open(storage.canonical(path), 'rb')
+  return io.TextIOWrapper(binary, newline='', encoding='utf-8-sig', errors='surrogateescape')
 
 
 @dataclasses.dataclass(frozen=True)

@@ -154,13 +154,18 @@ class LocalMirror:
   def __init__(self, target: str):
     self.target = canonical(target)
     self.local = tempfile.mkdtemp(prefix='roformer-') if is_remote(target) else self.target
+    self._copied: dict[str, tuple[int, int]] = {}  # file -> (size, mtime) when last copied
 
   def sync(self) -> None:
+    """Copies the files that are new or changed since the last sync."""
     if self.local == self.target or not os.path.isdir(self.local):
       return
     for rel in files_under(self.local):
-      write_atomically(os.path.join(self.target, rel),
-                       path(os.path.join(self.local, rel)).read_bytes())
+      stat = os.stat(os.path.join(self.local, rel))
+      if self._copied.get(rel) != (stat.st_size, stat.st_mtime_ns):
+        write_atomically(os.path.join(self.target, rel),
+                         path(os.path.join(self.local, rel)).read_bytes())
+        self._copied[rel] = (stat.st_size, stat.st_mtime_ns)
 
   def close(self) -> None:
     self.sync()

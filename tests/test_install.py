@@ -3,6 +3,7 @@ from anywhere."""
 
 import os
 import shutil
+import site
 import subprocess
 import sys
 
@@ -17,11 +18,17 @@ def test_pip_install_editable_on_a_clean_copy(tmp_path):
     if os.path.isfile(os.path.join(ROOT, name)):
       os.makedirs(clone / os.path.dirname(name), exist_ok=True)
       shutil.copy2(os.path.join(ROOT, name), clone / name)
-  # A venv that sees the installed dependencies, so nothing is downloaded.
-  subprocess.run([sys.executable, '-m', 'venv', '--system-site-packages', str(tmp_path / 'venv')],
-                 check=True)
+  # A new venv that sees this interpreter's packages (the dependencies, also when this
+  # interpreter is itself a venv's) through a .pth file.
+  subprocess.run([sys.executable, '-m', 'venv', str(tmp_path / 'venv')], check=True)
   python = str(tmp_path / 'venv' / 'bin' / 'python')
-  install = subprocess.run([python, '-m', 'pip', 'install', '-q', '--no-build-isolation', '-e',
+  venv_site = subprocess.run([python, '-c', 'import site; print(site.getsitepackages()[0])'],
+                             capture_output=True, text=True, check=True).stdout.strip()
+  with open(os.path.join(venv_site, 'outer.pth'), 'w') as f:
+    f.write('\n'.join(site.getsitepackages()) + '\n')
+  # Offline: the dependencies are checked by importing below, not fetched.
+  install = subprocess.run([python, '-m', 'pip', 'install', '-q', '--no-build-isolation',
+                            '--no-deps', '--no-index', '--disable-pip-version-check', '-e',
                             str(clone)], capture_output=True, text=True, timeout=600)
   assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
   check = subprocess.run(

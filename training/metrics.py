@@ -137,9 +137,13 @@ class RunWriter:
       return
     records = [dict({k: float(np.asarray(v)[i]) for k, v in per_member.items()}, **member,
                     step=int(step)) for i, member in enumerate(self.members)]
-    # The whole file each time: object storage cannot append, and the file is small.
-    self.lines.extend(_line(r) for r in records)
-    storage.write_atomically(self.path, ''.join(self.lines))
+    lines = [_line(r) for r in records]
+    self.lines.extend(lines)
+    if storage.is_remote(self.path):  # object storage cannot append: the whole (small) file
+      storage.write_atomically(self.path, ''.join(self.lines))
+    else:
+      with open(self.path, 'a') as f:
+        f.writelines(lines)
     for writer, record in zip(self.tb, records):
       writer.write_scalars(step, {k: v for k, v in record.items()
                                   if k != 'step' and k not in self.members[0]})
