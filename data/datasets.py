@@ -185,9 +185,6 @@ def _shards(num_shards: int, process_index: int | None, process_count: int | Non
             global_batch_size: int) -> sources.TrainShards:
   """This process's rows of the global batch and the shards they draw from."""
   index, _, batch_size = _process(process_index, process_count, global_batch_size)
-  if global_batch_size % num_shards:
-    raise ValueError(f'data.num_shards={num_shards} does not divide the global batch size '
-                     f'{global_batch_size}: each shard fills an equal part of every batch.')
   return sources.TrainShards(num_shards, global_batch_size, (index * batch_size, batch_size))
 
 
@@ -331,7 +328,9 @@ class LanguageModelDataset:
     """The packed training rows of each shard in ``shards.needed`` (default: this process's
     shards), each shard packed on its own."""
     shards = shards or _shards(self.num_shards, None, None, self.num_shards * jax.process_count())
-    return [_shard_rows(self, j, shards.count, self.info.train_length) for j in shards.needed]
+    needed = shards.needed
+    return list(_train_rows(self, shards.count, needed.start, needed.stop,
+                            self.info.train_length))
 
   def packing_efficiency(self) -> float:
     """Real tokens / slots of this process's training rows."""
@@ -369,14 +368,19 @@ def _stream(dataset: LanguageModelDataset, split: str) -> lm.Stream:
   return lm.tokenize(dataset.tokenizer, lm.corpus_texts(dataset.source.read, split))
 
 
-@functools.lru_cache(maxsize=8)
-def _shard_rows(dataset: LanguageModelDataset, shard: int, count: int, length: int) -> dict:
-  """Shard ``shard`` of ``count`` of the training split, tokenized and packed at ``length``."""
-  texts = lm.corpus_texts(lambda split: dataset.source.read(split, shard, count), 'train')
-  if not texts:
-    raise ValueError(f'The training split has fewer documents than data.num_shards={count} (a '
-                     'shard is empty): lower data.num_shards.')
-  return lm.pack(lm.tokenize(dataset.tokenizer, texts), length)
+@functools.lru_cache(maxsize=4)
+def _train_rows(dataset: LanguageModelDataset, count: int, first: int, stop: int,
+                length: int) -> tuple[dict, ...]:
+  """Shards ``first`` to ``stop - 1`` of ``count`` of the training split, each tokenized and
+  packed at ``length`` (cached whole: a process's shards are packed once)."""
+  rows = []
+  for shard in range(first, stop):
+    texts = lm.corpus_texts(lambda split, j=shard: dataset.source.read(split, j, count), 'train')
+    if not texts:
+      raise ValueError(f'The training split has fewer documents than data.num_shards={count} '
+                       '(a shard is empty): lower data.num_shards.')
+    rows.append(lm.pack(lm.tokenize(dataset.tokenizer, texts), length))
+  return tuple(rows)
 
 
 @functools.lru_cache(maxsize=8)

@@ -55,6 +55,9 @@ class TrainShards:
   global_batch_size: int
   rows: tuple[int, int]
 
+  def __post_init__(self):
+    check_shards(self.count, self.global_batch_size)
+
   @property
   def rows_per_shard(self) -> int:
     return self.global_batch_size // self.count
@@ -73,6 +76,14 @@ class TrainShards:
   def epoch_key(self, epoch: Any, shard: Any) -> Any:
     """The shuffle key of (epoch, shard); with one shard, the epoch."""
     return epoch * self.count + shard
+
+
+def check_shards(count: int, global_batch_size: int) -> None:
+  """ValueError unless ``data.num_shards`` is >= 1 and divides the global batch."""
+  if count < 1 or global_batch_size % count:
+    raise ValueError(f'data.num_shards={count} must be >= 1 and divide the global batch size '
+                     f'{global_batch_size}: each shard fills an equal part of every batch. Use a '
+                     'divisor of the global batch that is a multiple of the number of hosts.')
 
 
 def read_shards(source: Source, split: str, shards: TrainShards) -> list[tuple[np.ndarray,

@@ -5,6 +5,9 @@ the masks, scale, padding and layout around the kernels, not their speed."""
 from __future__ import annotations
 
 import functools
+import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -189,3 +192,14 @@ def test_splash_accepts_the_schemes_on_queries_keys_and_embeddings():
   for position in models.config.PALLAS_SCHEMES['splash']:
     make_cfg(position=position, attention_impl='splash')
   make_cfg(position='rotary', attention_impl='splash', **{'rope.rotary_value': True})
+
+
+def test_pallas_on_several_devices_is_refused():
+  """The kernels are not wrapped in shard_map: a mesh of several devices is refused by name."""
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  code = ('from configs import tiny; from training import validation; c = tiny.get_config(); '
+          "c.model.attention_impl = 'splash'; validation.check_devices(c)")
+  proc = subprocess.run([sys.executable, '-c', code], cwd=root, capture_output=True, text=True,
+                        env=dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2',
+                                 JAX_PLATFORMS='cpu'), timeout=300)
+  assert proc.returncode != 0 and 'runs on one device only' in proc.stderr, proc.stderr[-2000:]

@@ -74,11 +74,12 @@ def test_each_shard_fills_its_rows_with_its_own_examples(run_config, csv_file, t
 
 def test_shards_must_divide_the_batch(run_config, csv_file, tmp_path):
   dataset, _ = _load(run_config, csv_file, tmp_path, 3)
-  with pytest.raises(ValueError, match='data.num_shards=3 does not divide'):
+  with pytest.raises(ValueError, match='data.num_shards=3 must be >= 1 and divide'):
     dataset.train_batches(seed=0, global_batch_size=8)
-  with pytest.raises(ValueError, match='data.num_shards'):
-    from training import validation  # pylint: disable=g-import-not-at-top
-    validation.check_run_fields(run_config(**{'data.num_shards': 0}))
+  from training import validation  # pylint: disable=g-import-not-at-top
+  for bad in (0, 3):  # the tiny config's batch is 16
+    with pytest.raises(ValueError, match=f'data.num_shards={bad} must be'):
+      validation.check_devices(run_config(**{'data.num_shards': bad}))
 
 
 def test_needed_shards():

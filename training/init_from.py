@@ -64,9 +64,7 @@ def _field(config: ml_collections.ConfigDict, dotted: str) -> Any:
 
 def needed(config: ml_collections.ConfigDict, workdir: str) -> bool:
   """Whether a run starts from ``train.init_from``: set, and no checkpoint of its own yet."""
-  directory = os.path.join(storage.canonical(workdir), checkpoints.CHECKPOINT_DIR)
-  own = any(name.isdigit() for name in storage.listdir(directory))
-  return bool(config.train.init_from) and not own
+  return bool(config.train.init_from) and not validation.has_checkpoints(workdir)
 
 
 def _kind(source: str) -> str:

@@ -18,6 +18,7 @@ import models
 from data import datasets
 import rope
 from configs import default
+from data import sources
 from data import storage
 from training import checkpoints
 from training import metrics
@@ -114,10 +115,6 @@ def check_run_fields(config: ml_collections.ConfigDict) -> None:
                        f'e.g. --config.train.{name}={max(1, abs(t[name]) or 1)}.')
   if t.profile_steps:
     metrics.parse_step_window(t.profile_steps)
-  if d.num_shards < 1 or (t.batch_size and t.batch_size % d.num_shards):
-    raise ValueError(f'data.num_shards={d.num_shards} must be >= 1 and divide the global batch '
-                     f'(train.batch_size={t.batch_size}): each shard fills an equal part of every '
-                     'batch. Use a divisor of the batch size that is a multiple of the hosts.')
   if d.max_length <= 1:
     raise ValueError(f'data.max_length must be > 1 ([CLS] plus at least one token), got '
                      f'{d.max_length}: pass e.g. --config.data.max_length=64.')
@@ -208,6 +205,12 @@ def check_devices(config: ml_collections.ConfigDict,
       raise ValueError(f'train.{name}={size} is not divisible by the {dp} data-parallel '
                        f'devices and {processes} processes; use a multiple of '
                        f'{math.lcm(dp, processes)}.')
+  sources.check_shards(config.data.num_shards, global_batch_size(config, mesh))
+  impl = config.model.attention_impl
+  if impl in models.config.PALLAS_SCHEMES and mesh.size > 1:
+    raise ValueError(f'model.attention_impl={impl} runs on one device only: the Pallas kernel is '
+                     'not wrapped in shard_map yet, and XLA cannot partition it over the '
+                     f'{mesh.size} devices of this mesh. Use chunked, xla or cudnn here.')
   return mesh
 
 
@@ -229,7 +232,7 @@ def global_eval_batch_size(config: ml_collections.ConfigDict, mesh: jax.sharding
 
 def has_checkpoints(workdir: str) -> bool:
   """Whether the workdir holds a checkpoint (only then is there a run to resume)."""
-  directory = os.path.join(workdir, checkpoints.CHECKPOINT_DIR)
+  directory = os.path.join(storage.canonical(workdir), checkpoints.CHECKPOINT_DIR)
   return any(n.isdigit() for n in storage.listdir(directory))
 
 
