@@ -115,6 +115,16 @@ def met_text(fig: dict) -> str:
   return '**met**' if fig['met'] else '**not met**'
 
 
+_ACCELERATORS = (
+    '`benchmarks/gpu.sh` (which runs `benchmarks/accelerator.py`) reports step time, tokens/s and '
+    'MFU of the `base` train step at length 512 in bfloat16 with cuDNN fused attention. It has '
+    'not been run on a GPU for this file (no accelerator was available); `accelerator_smoke` '
+    'above is its `--smoke` run on this CPU, which only shows that the script works.\n\n'
+    'The Pallas TPU attention kernels (`model.attention_impl=splash` and `pallas_flash`) are only '
+    'validated in Pallas interpret mode on CPU here, for agreement with `explicit` '
+    '(`tests/test_pallas.py`); no TPU was available, so their speed is not measured.')
+
+
 def render(results: dict, quick: bool, total_s: float | None) -> str:
   from benchmarks import common  # pylint: disable=g-import-not-at-top
   ok = [r for r in results.values() if 'error' not in r]
@@ -170,16 +180,7 @@ def render(results: dict, quick: bool, total_s: float | None) -> str:
         lines.append('| ' + ' | '.join(map(str, row)) + ' |')
     if r.get('notes'):
       lines += [''] + [f'* {n}' for n in r['notes']]
-  lines += ['', '## GPU', '',
-            '`benchmarks/gpu.sh` (which runs `benchmarks/accelerator.py`) reports step time, '
-            'tokens/s and MFU of the `base` train step at length 512 in bfloat16 with cuDNN fused '
-            'attention. It has not been run on a GPU for this file (no accelerator was '
-            'available); `accelerator_smoke` above is its `--smoke` run on this CPU, which only '
-            'shows that the script works.', '',
-            'The Pallas TPU attention kernels (`model.attention_impl=splash` and `pallas_flash`) '
-            'are only validated in Pallas interpret mode on CPU here, for agreement with '
-            '`explicit` (`tests/test_pallas.py`); no TPU was available, so their speed is not '
-            'measured.', '']
+  lines += ['', '## GPU', '', _ACCELERATORS, '']
   return '\n'.join(lines)
 
 

@@ -173,7 +173,8 @@ def wait_until_active(args: argparse.Namespace) -> None:
     if state == 'ACTIVE':
       return
     if state in ('FAILED', 'SUSPENDING', 'SUSPENDED'):
-      sys.exit(f'tpu.py: queued resource {args.name} is {state}: see `{shlex.join(describe[:-1])}`')
+      shown = shlex.join(c for c in describe if not c.startswith('--format'))
+      sys.exit(f'tpu.py: queued resource {args.name} is {state}: see `{shown}`')
     time.sleep(POLL_S)
 
 
