@@ -220,3 +220,11 @@ def test_local_paths_are_unchanged(tmp_path):
   assert storage.listdir(str(tmp_path)) == ['y.json']
   assert storage.canonical('~/r') == os.path.expanduser('~/r')
   assert storage.canonical('gs://b/r/') == 'gs://b/r'
+
+
+def test_a_step_still_being_written_is_not_a_checkpoint(gcs):
+  """On object storage orbax writes a step's folder in place: until it is finalized there is
+  nothing to resume (so train.init_from still applies after a kill during the first save)."""
+  workdir = f'gs://{BUCKET}/unfinished'
+  storage.write_json(f'{workdir}/{checkpoints.CHECKPOINT_DIR}/8/state/part.json', {})
+  assert not validation.has_checkpoints(workdir)

@@ -233,7 +233,15 @@ def global_eval_batch_size(config: ml_collections.ConfigDict, mesh: jax.sharding
 def has_checkpoints(workdir: str) -> bool:
   """Whether the workdir holds a checkpoint (only then is there a run to resume)."""
   directory = os.path.join(storage.canonical(workdir), checkpoints.CHECKPOINT_DIR)
-  return any(n.isdigit() for n in storage.listdir(directory))
+  if not any(n.isdigit() for n in storage.listdir(directory)):
+    return False
+  # Only orbax knows which are complete: on object storage a step's folder exists while it is
+  # written (a run killed during its first save has none to resume).
+  ckpt = checkpoints.Checkpointer(workdir, 1, read_only=True)
+  try:
+    return bool(ckpt.all_steps())
+  finally:
+    ckpt.close()
 
 
 def config_differences(saved: dict[str, Any], config: ml_collections.ConfigDict,
