@@ -179,15 +179,15 @@ def train_batches(parts: list[dict[str, np.ndarray]], targets: Targets, *,
   offsets = np.cumsum([0] + sizes[:-1])
   permutation = functools.lru_cache(maxsize=2 * len(parts))(
       lambda key, num: np.random.default_rng([seed, key]).permutation(num))
+  rows, first_shard = first_row + np.arange(batch_size), shards.needed.start
   step = start_step
   while True:
-    rows = first_row + np.arange(batch_size)
     index = []
     for row in rows:
       shard, slot = shards.locate(step, int(row))
-      part = shard - shards.needed.start
-      num = sizes[part]
-      index.append(offsets[part] + permutation(shards.epoch_key(slot // num, shard), num)[slot % num])
+      num = sizes[shard - first_shard]
+      order = permutation(shards.epoch_key(slot // num, shard), num)
+      index.append(offsets[shard - first_shard] + order[slot % num])
     slots = step * shards.global_batch_size + rows
     yield targets({k: v[np.asarray(index)] for k, v in packed.items()}, slots, stream_id=0)
     step += 1

@@ -97,12 +97,16 @@ def _large_negative(dtype) -> float:
   return -0.7 * min(jnp.finfo(dtype).max, jnp.finfo(jnp.float32).max)
 
 
+def _pad_to_blocks(x_BxLx___: jax.Array, size: int, fill=0) -> jax.Array:
+  """``x`` padded with ``fill`` along the length (axis 1) to a multiple of ``size``."""
+  widths = [(0, 0), (0, -x_BxLx___.shape[1] % size)] + [(0, 0)] * (x_BxLx___.ndim - 2)
+  return jnp.pad(x_BxLx___, widths, constant_values=fill)
+
+
 def _blocks(x_BxLx___: jax.Array, size: int, fill=0) -> jax.Array:
   """[num_blocks, batch, size, ...]: ``x`` padded with ``fill`` along the length to whole
   blocks."""
-  pad = -x_BxLx___.shape[1] % size
-  widths = [(0, 0), (0, pad)] + [(0, 0)] * (x_BxLx___.ndim - 2)
-  x_BxLx___ = jnp.pad(x_BxLx___, widths, constant_values=fill)
+  x_BxLx___ = _pad_to_blocks(x_BxLx___, size, fill)
   blocks = x_BxLx___.reshape(x_BxLx___.shape[0], -1, size, *x_BxLx___.shape[2:])
   return jnp.moveaxis(blocks, 1, 0)
 
@@ -195,19 +199,12 @@ _PALLAS_BLOCK = 128
 _PAD_SEGMENT = np.iinfo(np.int32).min
 
 
-def _pad_length(x_BxLx___: jax.Array, size: int, fill=0) -> jax.Array:
-  """``x`` padded with ``fill`` along axis 1 to ``size``."""
-  widths = [(0, 0), (0, size - x_BxLx___.shape[1])] + [(0, 0)] * (x_BxLx___.ndim - 2)
-  return jnp.pad(x_BxLx___, widths, constant_values=fill)
-
-
 def _round_up(n: int, multiple: int) -> int:
   return -(-n // multiple) * multiple
 
 
-def _kernel_segments(visibility: Visibility, num_queries: int, q_size: int,
-                     kv_size: int) -> tuple[jax.Array, jax.Array]:
-  """int32 segment ids of the queries [batch, q_size] and keys [batch, kv_size], equal exactly
+def _kernel_segments(visibility: Visibility, num_queries: int) -> tuple[jax.Array, jax.Array]:
+  """int32 segment ids of the queries and keys, padded to whole blocks, equal exactly
   where ``visibility.dense`` lets a query see a key (causality aside): the query's document (0
   without documents) against the key's document, or ``_PAD_SEGMENT`` at padding keys (and at
   the keys added to fill the kernel's blocks)."""
@@ -215,8 +212,8 @@ def _kernel_segments(visibility: Visibility, num_queries: int, q_size: int,
   segments_BxS = (jnp.zeros(mask_BxS.shape, jnp.int32) if visibility.segments_BxL is None
                   else visibility.segments_BxL.astype(jnp.int32))
   kv_BxS = jnp.where(mask_BxS, segments_BxS, _PAD_SEGMENT)
-  return (_pad_length(segments_BxS[:, :num_queries], q_size),
-          _pad_length(kv_BxS, kv_size, fill=_PAD_SEGMENT))
+  return (_pad_to_blocks(segments_BxS[:, :num_queries], _PALLAS_BLOCK),
+          _pad_to_blocks(kv_BxS, _PALLAS_BLOCK, fill=_PAD_SEGMENT))
 
 
 def _splash_kernel(q_BxHxTxD: jax.Array, k_BxHxSxD: jax.Array, v_BxHxSxD: jax.Array,
@@ -289,8 +286,8 @@ def pallas_attention(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, v_BxSxHxD: jax.
                      bias: jax.Array | None = None) -> jax.Array:
   """``softmax_attention`` by a Pallas TPU kernel, 'splash' or 'pallas_flash', in the inputs' dtype.
 
-  On TPU the kernel is compiled (one device: it is not wrapped in shard_map, and sharding it
-  over a mesh is untested); on any other backend it runs in Pallas interpret mode
+  On TPU the kernel is compiled (one device: it is not wrapped in shard_map, so
+  ``validation.check_devices`` refuses a mesh of several); on any other backend it runs in Pallas interpret mode
   (``interpret=True``), which is slow and only meant for tests (results agree with 'explicit',
   see tests/test_pallas.py). The queries are the first T positions; ``visibility`` becomes segment
   ids (padding keys get a segment no query has) and ``causal`` the kernel's causal mask.
@@ -302,39 +299,39 @@ def pallas_attention(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, v_BxSxHxD: jax.
   if bias is not None and kernel != 'pallas_flash':
     raise ValueError(f'attention_impl={kernel!r} takes no logits bias; use pallas_flash.')
   q_len, head_dim = q_BxTxHxD.shape[1], q_BxTxHxD.shape[3]
-  q_size, kv_size = (_round_up(n, _PALLAS_BLOCK) for n in (q_len, k_BxSxHxD.shape[1]))
-  segments = _kernel_segments(visibility, q_len, q_size, kv_size)
+  segments = _kernel_segments(visibility, q_len)
   # The scale goes on the queries, as in softmax_attention (same rounding); splash has none.
   q_BxTxHxD = q_BxTxHxD * jnp.asarray(1.0 / np.sqrt(head_dim), q_BxTxHxD.dtype)
   # flash_attention takes a head_dim up to 128 or a multiple of 128: zero features change no
   # logit, and the zero value features are dropped below.
   dim = head_dim if head_dim <= 128 or kernel != 'pallas_flash' else _round_up(head_dim, 128)
-  q_BxHxTxD = _to_kernel(q_BxTxHxD, q_size, dim)
-  k_BxHxSxD, v_BxHxSxD = _to_kernel(k_BxSxHxD, kv_size, dim), _to_kernel(v_BxSxHxD, kv_size, dim)
+  q_BxHxTxD, k_BxHxSxD, v_BxHxSxD = (_to_kernel(x, dim) for x in (q_BxTxHxD, k_BxSxHxD,
+                                                                    v_BxSxHxD))
   interpret = jax.default_backend() != 'tpu'
   if kernel == 'splash':
     out_BxHxTxD = _splash_kernel(q_BxHxTxD, k_BxHxSxD, v_BxHxSxD, segments, causal=causal,
                                  interpret=interpret)
   else:
-    bias_BxHxTxS = None if bias is None else _kernel_bias(bias, q_BxHxTxD.shape[:2],
-                                                          k_BxSxHxD.shape[1], q_size, kv_size)
+    bias_BxHxTxS = None if bias is None else _kernel_bias(bias, k_BxSxHxD.shape[1],
+                                                          q_BxHxTxD.shape, k_BxHxSxD.shape)
     out_BxHxTxD = _flash_kernel(q_BxHxTxD, k_BxHxSxD, v_BxHxSxD, bias_BxHxTxS, segments,
                                 causal=causal, interpret=interpret)
   return jnp.swapaxes(out_BxHxTxD, 1, 2)[:, :q_len, :, :head_dim].astype(v_BxSxHxD.dtype)
 
 
-def _to_kernel(x_BxLxHxD: jax.Array, size: int, dim: int) -> jax.Array:
-  """[batch, heads, size, dim]: ``x`` zero-padded to ``size`` positions and ``dim`` features."""
-  x_BxLxHxD = jnp.pad(_pad_length(x_BxLxHxD, size), [(0, 0)] * 3 + [(0, dim - x_BxLxHxD.shape[3])])
+def _to_kernel(x_BxLxHxD: jax.Array, dim: int) -> jax.Array:
+  """[batch, heads, length, dim]: ``x`` zero-padded to whole blocks and ``dim`` features."""
+  x_BxLxHxD = jnp.pad(_pad_to_blocks(x_BxLxHxD, _PALLAS_BLOCK),
+                      [(0, 0)] * 3 + [(0, dim - x_BxLxHxD.shape[3])])
   return jnp.swapaxes(x_BxLxHxD, 1, 2)
 
 
-def _kernel_bias(bias: jax.Array, batch_heads: tuple[int, int], kv_len: int, q_size: int,
-                 kv_size: int) -> jax.Array:
-  """float32 [batch, heads, q_size, kv_size]: the bias broadcast (flash_attention takes no
-  broadcasting) and zero-padded to whole blocks."""
-  bias_BxHxTxS = jnp.broadcast_to(bias, (*batch_heads, bias.shape[2], kv_len))
-  widths = [(0, 0), (0, 0), (0, q_size - bias.shape[2]), (0, kv_size - kv_len)]
+def _kernel_bias(bias: jax.Array, kv_len: int, q_shape: tuple[int, ...],
+                 k_shape: tuple[int, ...]) -> jax.Array:
+  """float32 [batch, heads, T, S] of the kernel's (padded) queries and keys: the bias broadcast
+  (flash_attention takes no broadcasting) and zero-padded to whole blocks."""
+  bias_BxHxTxS = jnp.broadcast_to(bias, (*q_shape[:2], bias.shape[2], kv_len))
+  widths = [(0, 0), (0, 0), (0, q_shape[2] - bias.shape[2]), (0, k_shape[2] - kv_len)]
   return jnp.pad(bias_BxHxTxS.astype(jnp.float32), widths)
 
 

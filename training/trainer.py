@@ -60,8 +60,8 @@ class _Run:
   ckpt: checkpoints.Checkpointer
   writer: metrics_lib.RunWriter
   profiler: metrics_lib.Profiler
+  held: workdir_lib.Held  # the workdir lock, checked before each save
   start: int
-  held: workdir_lib.Held | None = None  # the workdir lock, checked before each save
   seconds: dict[str, float] = dataclasses.field(  # wall time of this process's phases
       default_factory=lambda: {'validation_eval': 0.0, 'test_eval': 0.0})
 
@@ -82,14 +82,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     watcher = stack.enter_context(preemption.Watcher())
     if start_from_source and jax.process_index() == 0:
       init_from.copy_tokenizer(config, workdir)
-    run, state = _setup(config, workdir, mesh, stack)
-    run.held = held
+    run, state = _setup(config, workdir, mesh, stack, held)
     state, last_eval = _train(run, state, watcher)
     return _summarize(run, state, last_eval)
 
 
 def _setup(config: ml_collections.ConfigDict, workdir: str, mesh: jax.sharding.Mesh,
-           stack: contextlib.ExitStack) -> tuple[_Run, Any]:
+           stack: contextlib.ExitStack, held: workdir_lib.Held) -> tuple[_Run, Any]:
   """Builds the run and restores its newest intact checkpoint (or initialises); ``stack`` closes
   the checkpointer (waiting for its saves) and the writers on any exit."""
   exp = Experiment(config, workdir, mesh)
@@ -121,7 +120,7 @@ def _setup(config: ml_collections.ConfigDict, workdir: str, mesh: jax.sharding.M
   stack.callback(writer.close)
   profiler = metrics_lib.Profiler(config.train.profile_steps, workdir)
   stack.callback(profiler.close)
-  return _Run(config, workdir, exp, ckpt, writer, profiler, start), state
+  return _Run(config, workdir, exp, ckpt, writer, profiler, held, start), state
 
 
 def hparams(config: ml_collections.ConfigDict) -> dict[str, Any]:
