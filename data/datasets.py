@@ -25,6 +25,7 @@ from data import corpus
 from data import files as files_lib
 from data import fortunes
 from data import listops
+from data import lists
 from data import lm
 from data import manpages
 from data import pipeline
@@ -301,7 +302,7 @@ class LanguageModelDataset:
                        'train.task=mlm needs: use a tokenizer that has one (byte, wordpiece, '
                        'bpe, or a SentencePiece model trained by this version).')
     length = data_config.max_length
-    extra = [int(n) for n in str(data_config.eval_lengths).split(',') if n.strip()]
+    extra = lists.parse(data_config.eval_lengths, 'data.eval_lengths', int)
     masking = lm.Masking(tokenizer, tokenizer.vocab_size, data_config.mask_rate,
                          data_config.whole_word_masking) if task == 'mlm' else None
     info = DatasetInfo(

@@ -17,6 +17,7 @@ import ml_collections
 
 import data
 import models
+from data import lists
 from data import storage
 from experiments import report as report_lib
 from training import trainer
@@ -53,11 +54,6 @@ class Cell:
     return '/'.join(parts)
 
 
-def split_names(text: str) -> list[str]:
-  """Comma-separated names, stripped, empty ones dropped."""
-  return [x.strip() for x in str(text).split(',') if x.strip()]
-
-
 def check_grid(config: ml_collections.ConfigDict) -> list[Cell]:
   """The cells of ``config.ablation``, datasets outermost, after checking its names and the
   fields every run shares: a typo is an error, never a 'not applicable' row."""
@@ -65,22 +61,19 @@ def check_grid(config: ml_collections.ConfigDict) -> list[Cell]:
     raise ValueError('The --config file has no `ablation` group, so it is not an ablation config: '
                      'use one of configs/ablation/*.py (train.py trains a single model).')
   a = config.ablation
+  grid = {}
   for field, valid in (('datasets', data.DATASET_NAMES), ('positions', tuple(models.SCHEMES)),
                        ('attentions', models.ATTENTION_KINDS)):
-    names = split_names(a[field])
+    grid[field] = names = lists.parse(a[field], f'ablation.{field}', example=','.join(valid[:2]))
     if not names:
       raise ValueError(f'ablation.{field} is empty: list at least one of {", ".join(valid)}.')
     unknown = [n for n in names if n not in valid]
     if unknown:
       raise ValueError(f'ablation.{field} names {", ".join(map(repr, unknown))}, not among '
                        f'the valid {", ".join(valid)}; fix --config.ablation.{field}.')
-  try:
-    lengths = [int(x) for x in split_names(a.max_lengths)] or [None]
-  except ValueError:
-    raise ValueError(f'ablation.max_lengths={a.max_lengths!r} must be comma-separated integers '
-                     '(or empty).') from None
-  cells = [Cell(d, p, at, n) for d in split_names(a.datasets) for at in split_names(a.attentions)
-           for n in lengths for p in split_names(a.positions)]
+  lengths = lists.parse(a.max_lengths, 'ablation.max_lengths', int, example='64,128') or [None]
+  cells = [Cell(d, p, at, n) for d in grid['datasets'] for at in grid['attentions']
+           for n in lengths for p in grid['positions']]
   for cell in cells:
     validation.check_run_fields(cell_config(config, cell))
   return cells
@@ -95,7 +88,7 @@ def select(cells: list[Cell], only: str) -> list[Cell]:
     start, _, stop = only.partition(':')
     chosen = cells[int(start) if start else None:int(stop) if stop else None]
   else:
-    patterns = split_names(only)
+    patterns = lists.parse(only, '--only', example='rotary*,alibi*')
     chosen = [c for c in cells if any(fnmatch.fnmatch(c.name, p) for p in patterns)]
   if not chosen:
     raise ValueError(f'--only={only!r} matches no run; the {len(cells)} runs (0:{len(cells)}) '

@@ -20,8 +20,8 @@ import ml_collections
 import numpy as np
 
 import rope
+from data import lists
 from data import storage
-from experiments import ablation
 from experiments import plots
 from experiments import report as report_lib
 from experiments import stats
@@ -36,15 +36,12 @@ REPORT_FILE, RESULTS_FILE, PLOT_FILE = 'report.md', 'extend.json', 'extend.png'
 def check(config: ml_collections.ConfigDict) -> tuple[list[str], list[int]]:
   """(variants, lengths) of ``config.extend``, checked before anything is trained."""
   e, train_length = config.extend, config.data.max_length
-  variants = ablation.split_names(e.variants)
+  variants = lists.parse(e.variants, 'extend.variants', example='linear,yarn')
   unknown = [v for v in variants if v not in rope.SCALING_KINDS]
   if not variants or unknown:
     raise ValueError(f'extend.variants={e.variants!r}: give comma-separated rope.scaling kinds '
                      f'among {", ".join(rope.SCALING_KINDS)}.')
-  try:
-    lengths = [int(n) for n in ablation.split_names(e.lengths)]
-  except ValueError:
-    lengths = []
+  lengths = lists.parse(e.lengths, 'extend.lengths', int, example='128,256')
   if not lengths or any(n <= train_length for n in lengths):
     raise ValueError(f'extend.lengths={e.lengths!r}: give comma-separated evaluation lengths '
                      f'above the training length data.max_length={train_length}.')

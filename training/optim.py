@@ -15,16 +15,15 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
+from data import lists
+
 SCHEDULES = ('cosine', 'linear', 'constant', 'rsqrt')
 
 
 def learning_rates(optim: ml_collections.ConfigDict) -> list[float]:
   """The peak learning rates a run trains: ``optim.learning_rates`` or ``optim.learning_rate``."""
-  try:
-    rates = [float(x) for x in str(optim.learning_rates).split(',') if x.strip()]
-  except ValueError:
-    raise ValueError(f'optim.learning_rates={optim.learning_rates!r} must be comma-separated '
-                     'numbers, e.g. 3e-4,1e-3,3e-3 (or empty).') from None
+  rates = lists.parse(optim.learning_rates, 'optim.learning_rates', float,
+                      example='3e-4,1e-3,3e-3')
   for rate in rates:
     if not (math.isfinite(rate) and rate > 0):
       raise ValueError(f'optim.learning_rates holds {rate}: every rate must be finite and > 0.')

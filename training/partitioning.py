@@ -25,6 +25,7 @@ from flax import nnx
 from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from data import lists
 from models import sharding as model_sharding
 
 MESH_AXES = ('data', 'fsdp', 'tensor')
@@ -39,10 +40,13 @@ assert {name for name, _ in LOGICAL_RULES} == set(model_sharding.LOGICAL_AXES)
 
 def logical_rules(mesh_config: ml_collections.ConfigDict) -> tuple[tuple[str, Any], ...]:
   """``LOGICAL_RULES`` with the overrides of ``mesh.rules`` ('name=axis[+axis],...')."""
-  rules = dict(LOGICAL_RULES)
-  for item in filter(None, (s.strip() for s in (mesh_config.get('rules') or '').split(','))):
+  rules, given = dict(LOGICAL_RULES), set()
+  for item in lists.parse(mesh_config.get('rules'), 'mesh.rules', example='vocab=,embed=fsdp'):
     name, sep, axes = item.partition('=')
     name, axes = name.strip(), tuple(a.strip() for a in axes.split('+') if a.strip())
+    if name in given:
+      raise ValueError(f'mesh.rules sets {name!r} more than once: give each logical axis once.')
+    given.add(name)
     if not sep or name not in rules:
       raise ValueError(f'mesh.rules entry {item!r} must be <logical>=<mesh axes>, with <logical> '
                        f'one of {", ".join(rules)} and mesh axes from {", ".join(MESH_AXES)} '

@@ -1,0 +1,28 @@
+"""List-valued config fields and flags ('a,b,c'): one parser, so every list is split, typed and
+checked for duplicates the same way. A repeated entry is refused, naming the field: in a grid it
+would train one run and report it twice, among seeds or rates it would train identical members,
+and among files it would count the same rows twice."""
+
+from __future__ import annotations
+
+from typing import Callable, TypeVar
+
+T = TypeVar('T')
+
+
+def parse(text: object, field: str, kind: Callable[[str], T] = str, *,
+          example: str = 'a,b') -> list[T]:
+  """``'a, b,,c'`` -> ``[kind('a'), kind('b'), kind('c')]`` (empty entries dropped);
+  ValueError naming ``field`` for an entry ``kind`` refuses, or for one given twice."""
+  items = [x.strip() for x in str(text if text is not None else '').split(',') if x.strip()]
+  try:
+    values = [kind(x) for x in items]
+  except (TypeError, ValueError):
+    name = getattr(kind, '__name__', 'value')
+    raise ValueError(f'{field}={text!r} must be comma-separated {name} values, e.g. '
+                     f'{example} (or empty).') from None
+  repeated = sorted({items[i] for i, v in enumerate(values) if values.index(v) != i})
+  if repeated:
+    raise ValueError(f'{field}={text!r} names {", ".join(repeated)} more than once; give each '
+                     'entry once.')
+  return values
