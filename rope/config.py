@@ -16,31 +16,47 @@ def _choice(field: str, value, choices) -> None:
     raise ValueError(f'Unknown RoPE {field} {value!r}; valid choices: {", ".join(choices)}.')
 
 
+def _setting(default, *, at_evaluation: bool):
+  """A field, with whether it may change when a trained model is evaluated (``eval.py
+  --override``): the frequency-scaling fields extend a trained context; the others decide how the
+  trained query/key (and value) weights are read, so changing them misreads the model."""
+  return dataclasses.field(default=default, metadata={'at_evaluation': at_evaluation})
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RopeConfig:
   """A RoPE variant, independent of the head size (``Rotary`` adds it)."""
 
-  base: float = 10000.0  # theta_i = base^(-2i/d) (paper: 10000)
+  # theta_i = base^(-2i/d) (paper: 10000); to stretch a trained model use rope.scaling=ntk.
+  base: float = _setting(10000.0, at_evaluation=False)
   # 'interleaved' rotates pairs (2i, 2i+1) as the paper and Hugging Face RoFormer; 'half' pairs
   # (i, i + d/2) as GPT-NeoX, LLaMA and MaxText (rope.layouts converts weights between them).
-  layout: str = 'interleaved'
-  rotary_dim: int | None = None  # rotate only the first rotary_dim features of a head (None: all)
-  scaling: str = 'none'  # frequency scaling for length extrapolation (rope.frequencies)
-  scaling_factor: float = 1.0  # the context-extension factor s (1: plain RoPE)
-  original_max_length: int = 512  # the training context L (dynamic_ntk, yarn, llama3)
-  yarn_beta_fast: float = 32.0  # YaRN: dimensions turning more often than this over L are kept
-  yarn_beta_slow: float = 1.0  # YaRN: ... less often than this are interpolated by s
+  layout: str = _setting('interleaved', at_evaluation=False)
+  # rotate only the first rotary_dim features of a head (None: all)
+  rotary_dim: int | None = _setting(None, at_evaluation=False)
+  # frequency scaling for length extrapolation (rope.frequencies)
+  scaling: str = _setting('none', at_evaluation=True)
+  scaling_factor: float = _setting(1.0, at_evaluation=True)  # the extension factor s (1: plain)
+  # the training context L (dynamic_ntk, yarn, llama3); eval.py defaults it to the run's length
+  original_max_length: int = _setting(512, at_evaluation=True)
+  # YaRN: dimensions turning more often than this over L are kept
+  yarn_beta_fast: float = _setting(32.0, at_evaluation=True)
+  # YaRN: ... less often than this are interpolated by s
+  yarn_beta_slow: float = _setting(1.0, at_evaluation=True)
   # YaRN's ramp between them: 'reference' is linear in the pair index between the floor/ceil of
   # the correction dims, as the YaRN authors' code and Hugging Face compute it (published YaRN
   # settings reproduce); 'paper' is linear in the number of turns (the paper's formula, literally).
-  yarn_ramp: str = 'reference'
-  llama3_low_freq_factor: float = 1.0  # Llama 3.1: wavelengths above L / this are divided by s
-  llama3_high_freq_factor: float = 4.0  # Llama 3.1: wavelengths below L / this are kept
+  yarn_ramp: str = _setting('reference', at_evaluation=True)
+  # Llama 3.1: wavelengths above L / this are divided by s
+  llama3_low_freq_factor: float = _setting(1.0, at_evaluation=True)
+  # Llama 3.1: wavelengths below L / this are kept
+  llama3_high_freq_factor: float = _setting(4.0, at_evaluation=True)
   # xPos (Sun et al. 2022): queries at position m times zeta_i^(m / xpos_scale_base) per pair,
   # keys times zeta_i^(-m / xpos_scale_base), zeta_i = (2i/d + 0.4) / 1.4: q.k decays with m - n.
-  xpos: bool = False
-  xpos_scale_base: float = 512.0
-  rotary_value: bool = False  # also rotate the values (Hugging Face RoFormer's rotary_value)
+  xpos: bool = _setting(False, at_evaluation=False)
+  xpos_scale_base: float = _setting(512.0, at_evaluation=False)
+  # also rotate the values (Hugging Face RoFormer's rotary_value)
+  rotary_value: bool = _setting(False, at_evaluation=False)
 
   def __post_init__(self):
     check_layout(self.layout)
@@ -77,6 +93,13 @@ class RopeConfig:
     default = RopeConfig()
     return [f'rope.{name}' for name in ('rotary_dim', 'scaling', 'xpos', 'rotary_value')
             if getattr(self, name) != getattr(default, name)]
+
+
+# The fields ``eval.py --override`` may change (the scaling family); the rest shape the model.
+EVALUATION_FIELDS = tuple(f.name for f in dataclasses.fields(RopeConfig)
+                          if f.metadata['at_evaluation'])
+# Scalings that read rope.original_max_length.
+SCALINGS_WITH_LENGTH = ('dynamic_ntk', 'yarn', 'llama3')
 
 
 def check_layout(layout: str) -> None:

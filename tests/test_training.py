@@ -64,7 +64,7 @@ def test_train_resume_and_eval(tmp_path, run_config):
   # Length extension at evaluation: RoPE scaling overridden, the same parameters restored.
   overrides = evaluation.parse_overrides(['rope.scaling=linear', 'rope.scaling_factor=4'])
   extended = evaluation.evaluate_workdir(workdir, eval_lengths=[256], overrides=overrides)
-  assert extended['overrides'] == {'rope.scaling': 'linear', 'rope.scaling_factor': '4'}
+  assert extended['overrides'] == {'rope.scaling': 'linear', 'rope.scaling_factor': 4.0}
   assert extended['eval']['test_256_far']['loss'] != results['eval']['test_256_far']['loss']
   assert validation.load_config(workdir).rope.scaling == 'none'  # config.json untouched
 

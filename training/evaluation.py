@@ -9,7 +9,9 @@ import jax
 import ml_collections
 import numpy as np
 
+import rope
 from data import datasets
+from data import lists
 from data import storage
 from training import checkpoints
 from training import optim
@@ -24,25 +26,22 @@ def parse_lengths(text: str) -> list[int]:
   """'512,1024' -> [512, 1024], with a clear error for anything else."""
   if not text:
     return []
-  try:
-    lengths = [int(x) for x in text.split(',') if x.strip()]
-  except ValueError:
-    raise ValueError(f'--eval_lengths={text!r} is malformed: give comma-separated positive '
-                     'integers, e.g. --eval_lengths=128,256.') from None
+  lengths = lists.parse(text, '--eval_lengths', int, example='128,256')
   if not lengths or any(n <= 1 for n in lengths):
     raise ValueError(f'--eval_lengths={text!r}: every length must be an integer > 1 (tokens, '
                      '[CLS] included), e.g. --eval_lengths=128,256.')
   return lengths
 
 
-# Config fields an evaluation may change: none of them changes a parameter's shape or value.
-EVAL_OVERRIDES = ('rope.', 'data.max_length', 'model.attention_impl', 'model.attention_chunk_size',
-                  'train.eval_batch_size')
+# Config fields an evaluation may change: none of them changes a parameter or how it is read
+# (the RoPE fields by their declared role, rope.config).
+EVAL_OVERRIDES = (*(f'rope.{name}' for name in rope.EVALUATION_FIELDS), 'data.max_length',
+                  'model.attention_impl', 'model.attention_chunk_size', 'train.eval_batch_size')
 
 
 def parse_overrides(items: Sequence[str]) -> dict[str, str]:
   """['rope.scaling=yarn', ...] -> {'rope.scaling': 'yarn', ...}; refuses other fields, naming
-  them, because they would change the parameters (or what was trained)."""
+  them, because they would change the parameters, how they are read, or what was trained."""
   overrides = {}
   for item in items:
     key, sep, value = item.partition('=')
@@ -50,11 +49,16 @@ def parse_overrides(items: Sequence[str]) -> dict[str, str]:
     if not sep or not key:
       raise ValueError(f'--override={item!r} is malformed: give group.field=value, e.g. '
                        '--override=rope.scaling=yarn.')
-    if not any(key == f or (f.endswith('.') and key.startswith(f)) for f in EVAL_OVERRIDES):
-      raise ValueError(f'--override={item!r}: {key} cannot change at evaluation, as it would '
-                       'change the parameters or what was trained. An evaluation may override '
-                       'rope.*, data.max_length, model.attention_impl(_chunk_size) and '
-                       'train.eval_batch_size; retrain (or fine-tune) for anything else.')
+    if key in overrides:
+      raise ValueError(f'--override gives {key} twice ({overrides[key]!r} and {value.strip()!r}): '
+                       'give each field once.')
+    if key not in EVAL_OVERRIDES:
+      why = ('decides how the trained query/key (or value) weights are read, so a model '
+             'evaluated with another value is misread' if key.startswith('rope.') else
+             'would change the parameters or what was trained')
+      raise ValueError(f'--override={item!r}: {key} cannot change at evaluation: it {why}. An '
+                       f'evaluation may override {", ".join(EVAL_OVERRIDES)}; retrain (or '
+                       'fine-tune) for anything else.')
     overrides[key] = value.strip()
   return overrides
 
@@ -78,9 +82,21 @@ def _typed(config: ml_collections.ConfigDict, key: str, text: str) -> Any:
     raise ValueError(f'--override={key}={text}: {key} takes a {kind.__name__}.') from None
 
 
-def apply_overrides(config: ml_collections.ConfigDict, overrides: dict[str, str]) -> None:
-  """Sets the (already parsed) overrides on a workdir's config, typed as its fields."""
-  config.update_from_flattened_dict({k: _typed(config, k, v) for k, v in overrides.items()})
+def apply_overrides(config: ml_collections.ConfigDict, overrides: dict[str, str]
+                    ) -> dict[str, Any]:
+  """Sets the (already parsed) overrides on a workdir's config, typed as its fields, and checks
+  the result as training checks a config. A scaling that reads rope.original_max_length, switched
+  on here for a model trained without one, gets the run's training length unless it is given.
+  Returns the overrides as applied (typed, that default included)."""
+  scaling_on = (overrides.get('rope.scaling', config.rope.scaling) in rope.SCALINGS_WITH_LENGTH
+                and config.rope.scaling not in rope.SCALINGS_WITH_LENGTH)
+  typed = {k: _typed(config, k, v) for k, v in overrides.items()}
+  if scaling_on and 'rope.original_max_length' not in typed:
+    typed['rope.original_max_length'] = config.data.max_length
+  config.update_from_flattened_dict(typed)
+  validation.check_run_fields(config)
+  validation.check_model(config)
+  return typed
 
 
 def parse_checkpoint(text: str) -> str | int:
@@ -111,7 +127,7 @@ def evaluate_workdir(workdir: str, *, checkpoint: str = 'best', split: str = 'te
   if members is None and overrides and len(set(optim.learning_rates(config.optim))) > 1:
     # A sweep's rate is chosen as in training, on validation without the overrides.
     members = evaluate_workdir(workdir, checkpoint=checkpoint, split='validation')['members']
-  apply_overrides(config, overrides or {})
+  applied = apply_overrides(config, overrides or {})
   _check_lengths(config, eval_lengths)
   ckpt = checkpoints.Checkpointer(workdir, config.train.keep_checkpoints, read_only=True)
   _check_checkpoint(ckpt, which, workdir, config)
@@ -132,7 +148,7 @@ def evaluate_workdir(workdir: str, *, checkpoint: str = 'best', split: str = 'te
           'members': chosen, 'learning_rate': exp.learning_rates[chosen[0]],
           'position': config.model.position,
           'attention': config.model.attention, 'train_length': config.data.max_length,
-          'overrides': overrides or {}, 'eval': exp.evaluate_lengths(params, splits)}
+          'overrides': applied, 'eval': exp.evaluate_lengths(params, splits)}
 
 
 def write_results(results: dict[str, Any], path: str | None) -> str:
