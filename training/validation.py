@@ -18,6 +18,7 @@ import models
 from data import datasets
 import rope
 from configs import default
+from data import lists
 from data import sources
 from data import storage
 from training import checkpoints
@@ -27,6 +28,7 @@ from training import partitioning
 
 CONFIG_FILE = 'config.json'
 MEMBER_MODES = ('auto', 'vmap', 'loop')
+_GROUPS = ('model', 'rope', 'optim', 'data', 'train', 'mesh')  # every run config's
 DATA_FILE = 'data_fingerprint.json'
 # Config fields that may change when a run is resumed (everything else must match).
 RESUMABLE_FIELDS = ('train.num_steps', 'train.eval_every', 'train.log_every',
@@ -75,7 +77,7 @@ def _check_groups(config: ml_collections.ConfigDict) -> None:
   if not isinstance(config, ml_collections.ConfigDict):
     raise ValueError(f'The config is a {type(config).__name__}, not an ml_collections.ConfigDict: '
                      'get_config() must return a ConfigDict (see configs/default.py).')
-  missing = [g for g in ('model', 'rope', 'optim', 'data', 'train', 'mesh') if g not in config]
+  missing = [g for g in _GROUPS if g not in config]
   if missing:
     raise ValueError(f'The config has no {", ".join(missing)} group(s): start from '
                      'configs/default.get_config() and change what differs.')
@@ -133,11 +135,7 @@ def check_run_fields(config: ml_collections.ConfigDict) -> None:
   if not 0 < d.mask_rate < 1 or d.eval_tokens <= 0:
     raise ValueError(f'data.mask_rate must be in (0, 1) and data.eval_tokens > 0, got '
                      f'{d.mask_rate} and {d.eval_tokens}.')
-  try:
-    [int(n) for n in str(d.eval_lengths).split(',') if n.strip()]
-  except ValueError:
-    raise ValueError(f'data.eval_lengths={d.eval_lengths!r} must be comma-separated integers '
-                     '(or empty).') from None
+  lists.parse(d.eval_lengths, 'data.eval_lengths', int, example='128,256')
   for field, value, valid in (('data.name', d.name, data.DATASET_NAMES),
                               ('train.task', t.task, models.TASKS),
                               ('data.tokenizer', d.tokenizer, data.TOKENIZERS),
@@ -259,8 +257,8 @@ def check_resume_compatible(config: ml_collections.ConfigDict, workdir: str) -> 
   if not has_checkpoints(workdir):
     return
   path = os.path.join(workdir, CONFIG_FILE)
-  if storage.exists(path):
-    differing = config_differences(_read_json(path), config, RESUMABLE_FIELDS)
+  if storage.exists(path):  # a field added since the run started has its default there
+    differing = config_differences(load_config(workdir).to_dict(), config, RESUMABLE_FIELDS)
     if differing:
       raise ValueError(f'The workdir {workdir} holds a run with a different config '
                        f'({", ".join(differing)}). Use a new --workdir, or the saved settings '
@@ -286,8 +284,8 @@ def data_fingerprint(data_config: ml_collections.ConfigDict) -> dict[str, Any]:
     return {f'{_EMBEDDED}{data_config.name}': {'version': str(builder.version)}}
   if data_config.name != 'files':
     return {}
-  paths = {p.strip() for key in ('train_files', 'validation_files', 'test_files')
-           for p in data_config[key].split(',') if p.strip()}
+  paths = {p for key in ('train_files', 'validation_files', 'test_files')
+           for p in lists.parse(data_config[key], f'data.{key}')}
   return {storage.canonical(p): {'size': storage.size(p), 'sha256': storage.sha256(p)}
           for p in sorted(paths) if storage.is_file(p)}
 
@@ -329,7 +327,14 @@ def load_config(workdir: str) -> ml_collections.ConfigDict:
     raise FileNotFoundError(f'No {CONFIG_FILE} in {workdir!r}, so it is not the workdir of a '
                             'train.py run (or that run did not get past its start): pass the '
                             '--workdir given to train.py.')
-  return ml_collections.ConfigDict(_with_defaults(_read_json(path), default.get_config().to_dict()))
+  saved = _read_json(path)
+  missing = [g for g in _GROUPS if not isinstance(saved.get(g), dict)]
+  if missing:
+    kind = 'a Hugging Face config' if 'model_type' in saved else 'not a train.py config'
+    raise ValueError(f'{path} is {kind} (it has no {", ".join(missing)} group), so the settings '
+                     f'of the run in {workdir} are unknown. Restore the file from a backup, or '
+                     'retrain; export_hf.py and convert_hf.py write into other folders.')
+  return ml_collections.ConfigDict(_with_defaults(saved, default.get_config().to_dict()))
 
 
 def _with_defaults(saved: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
