@@ -4,6 +4,10 @@ ends exactly where an uninterrupted run of the same seed ends.
   python scripts/soak.py --kills=20                     # the full soak (a few minutes on 2 cores)
   python scripts/soak.py --kills=3 --steps=40           # the short version the test suite runs
 
+The default intervals (checkpoint every 5 steps, evaluation every 7, train records every 3) do
+not divide each other, so most resumes start between two log steps, inside an averaging window
+(``unaligned_resumes`` in the summary counts them).
+
 It trains the tiny preset (``configs/tiny.py``, dropout on so that the dropout keys must resume
 too) through the real command line, ``train.py``:
 
@@ -48,8 +52,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   parser = argparse.ArgumentParser(description=__doc__.split('\n', 1)[0])
   parser.add_argument('--kills', type=int, default=20, help='SIGKILLs to deliver.')
   parser.add_argument('--steps', type=int, default=200, help='train.num_steps.')
-  parser.add_argument('--checkpoint_every', type=int, default=4, help='train.checkpoint_every.')
-  parser.add_argument('--eval_every', type=int, default=20, help='train.eval_every.')
+  parser.add_argument('--checkpoint_every', type=int, default=5, help='train.checkpoint_every.')
+  parser.add_argument('--eval_every', type=int, default=7, help='train.eval_every.')
+  parser.add_argument('--log_every', type=int, default=3, help='train.log_every.')
   parser.add_argument('--seed', type=int, default=0, help='Seed of the kill moments.')
   parser.add_argument('--root', default=None, help='Directory for both workdirs (default: a '
                       'new temporary directory, deleted at the end unless --keep).')
@@ -81,7 +86,7 @@ def train_command(args: argparse.Namespace, workdir: str) -> list[str]:
           f'--workdir={workdir}', f'--config.data.data_dir={args.data_dir}', *data,
           f'--config.train.num_steps={args.steps}',
           f'--config.train.checkpoint_every={args.checkpoint_every}',
-          f'--config.train.eval_every={args.eval_every}', '--config.train.log_every=2',
+          f'--config.train.eval_every={args.eval_every}', f'--config.train.log_every={args.log_every}',
           '--config.train.keep_checkpoints=2', '--config.model.dropout_rate=0.1',
           f'--config.train.compilation_cache_dir={os.path.join(args.root, "xla_cache")}']
 
@@ -274,6 +279,8 @@ def run(args: argparse.Namespace) -> dict:
       'resumes': sum('Resumed from step' in _read(os.path.join(logs, f'start_{e["start"]:02d}.log'))
                      for e in events) + ('Resumed from step' in last.output()),
       'resumed_from_steps': [e['resumed_from'] for e in events] + [last.resumed_from()],
+      'unaligned_resumes': sum(bool(s % args.log_every) for s in
+                               [e['resumed_from'] for e in events] + [last.resumed_from()]),
       'finished_before_all_kills': finished,
       'metrics_identical': metrics_identical,
       'final_state_identical': states_identical,

@@ -92,10 +92,11 @@ def largest_file(step_dir):
 # ------------------------------------------------------------------------------------ kill -9
 def test_kill9_soak_short(tmp_path):
   """scripts/soak.py with 3 kills (save, training, start-up): bitwise the same end state and
-  metrics as an uninterrupted run in another process (so also: determinism across processes)."""
+  metrics as an uninterrupted run in another process (so also: determinism across processes),
+  with checkpoint, evaluation and log intervals that do not divide each other."""
   proc = subprocess.run(
-      [sys.executable, 'scripts/soak.py', '--kills=3', '--steps=24', '--checkpoint_every=4',
-       '--eval_every=12', f'--root={tmp_path / "soak"}'],
+      [sys.executable, 'scripts/soak.py', '--kills=3', '--steps=24', '--checkpoint_every=5',
+       '--eval_every=7', '--log_every=3', f'--root={tmp_path / "soak"}'],
       cwd=ROOT, capture_output=True, text=True, timeout=900)
   assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
   with open(tmp_path / 'soak' / 'soak.json') as f:

@@ -37,6 +37,9 @@ CHECKPOINT_DIR = 'checkpoints'
 CORRUPT_DIR = 'checkpoints_corrupt'
 MANIFEST_FILE = '_SHA256_MANIFEST.json'
 STATE_ITEM = 'state'
+# The host's train-metric window (trainer._TrainLog): saved with the state, so that a run resumed
+# between two log steps averages the same steps as one that ran through.
+TRAIN_LOG_ITEM = 'train_log'
 _SMALL_FILE = 1 << 20  # files up to this size are hashed even by the quick check
 
 
@@ -232,14 +235,18 @@ class Checkpointer:
         f'from the newest intact checkpoint ({intact[-1] if intact else "none yet"}). The earlier '
         'checkpoints were not changed.')
 
-  def save(self, step: int, state: Any, accuracy: float | None = None) -> None:
-    """Saves asynchronously; ``accuracy`` (mean validation accuracy) ranks the best checkpoint.
-    CheckpointSaveError if this save or the previous (asynchronous) one failed to write."""
+  def save(self, step: int, state: Any, accuracy: float | None = None,
+           train_log: dict[str, Any] | None = None) -> None:
+    """Saves asynchronously; ``accuracy`` (mean validation accuracy) ranks the best checkpoint;
+    ``train_log`` (JSON) is saved beside the state. CheckpointSaveError if this save or the
+    previous (asynchronous) one failed to write."""
     metrics = None if accuracy is None else {'accuracy': float(accuracy)}
+    items = {STATE_ITEM: ocp.args.StandardSave(state)}
+    if train_log is not None:
+      items[TRAIN_LOG_ITEM] = ocp.args.JsonSave(train_log)
     self.wait()  # the previous save, then its manifest
     try:
-      self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state)),
-                        metrics=metrics, force=True)
+      self.manager.save(step, args=ocp.args.Composite(**items), metrics=metrics, force=True)
     except Exception as e:  # pylint: disable=broad-except
       raise self._save_failed(step, e) from e
     self._unverified.append(step)
@@ -310,6 +317,18 @@ class Checkpointer:
       if not self.read_only and jax.process_index() == 0:
         write_manifest(self.step_dir(step))
     return restored[STATE_ITEM]
+
+  def restore_train_log(self, step: int) -> dict[str, Any] | None:
+    """The ``train_log`` saved with ``step`` (None for checkpoints written before it was)."""
+    if not storage.is_dir(os.path.join(self.step_dir(step), TRAIN_LOG_ITEM)):
+      return None
+    try:
+      with _silenced():
+        return self.manager.restore(step, args=ocp.args.Composite(
+            **{TRAIN_LOG_ITEM: ocp.args.JsonRestore()}))[TRAIN_LOG_ITEM]
+    except Exception as e:  # pylint: disable=broad-except
+      raise CorruptCheckpointError(step, f'its {TRAIN_LOG_ITEM} is unreadable ({type(e).__name__})',
+                                   self.directory) from e
 
   def restore_raw(self, step: int) -> Any:
     """The saved state as NumPy arrays on this host, whatever model wrote it (another run's

@@ -62,6 +62,7 @@ class _Run:
   profiler: metrics_lib.Profiler
   held: workdir_lib.Held  # the workdir lock, checked before each save
   start: int
+  train_log: dict[str, Any] | None  # the train-metric window restored with the start step
   seconds: dict[str, float] = dataclasses.field(  # wall time of this process's phases
       default_factory=lambda: {'validation_eval': 0.0, 'test_eval': 0.0})
 
@@ -75,16 +76,33 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   if start_from_source:
     init_from.check_source(config)
   workdir = storage.canonical(workdir)
+  new = not storage.exists(workdir) or not storage.listdir(workdir)
   storage.makedirs(workdir)
   with workdir_lib.lock(workdir, jax.process_index()) as held, contextlib.ExitStack() as stack:
     # Before the setup: a SIGTERM while the data is prepared or the step compiles is honoured
     # at the first step (saved there, exit 0), not the default kill (exit 143).
     watcher = stack.enter_context(preemption.Watcher())
-    if start_from_source and jax.process_index() == 0:
-      init_from.copy_tokenizer(config, workdir)
-    run, state = _setup(config, workdir, mesh, stack, held)
+    try:
+      if start_from_source and jax.process_index() == 0:
+        init_from.copy_tokenizer(config, workdir)
+      run, state = _setup(config, workdir, mesh, stack, held)
+    except BaseException:
+      if new:  # refused at its setup: the new workdir is left as it was found
+        stack.callback(_empty, workdir)  # once the checkpointer and writers are closed
+      raise
     state, last_eval = _train(run, state, watcher)
     return _summarize(run, state, last_eval)
+
+
+def _empty(workdir: str) -> None:
+  """Removes what a refused start wrote into its new workdir. A local lock file goes too (still
+  held: a start waiting on it fails as busy, one after it makes a new one); a gs:// lease is
+  deleted by its release."""
+  if jax.process_index() == 0:
+    for entry in storage.path(workdir).iterdir():
+      if storage.is_remote(workdir) and entry.name.startswith(workdir_lib.LOCK_FILE):
+        continue
+      entry.rmtree() if entry.is_dir() else entry.unlink()
 
 
 def _setup(config: ml_collections.ConfigDict, workdir: str, mesh: jax.sharding.Mesh,
@@ -92,6 +110,8 @@ def _setup(config: ml_collections.ConfigDict, workdir: str, mesh: jax.sharding.M
   """Builds the run and restores its newest intact checkpoint (or initialises); ``stack`` closes
   the checkpointer (waiting for its saves) and the writers on any exit."""
   exp = Experiment(config, workdir, mesh)
+  for _, length in final_splits(exp):  # a final evaluation that cannot fit is refused now
+    exp.eval_batch_size(length)
   ckpt = checkpoints.Checkpointer(workdir, config.train.keep_checkpoints)
   stack.callback(ckpt.close)
   start, state = ckpt.restore_latest(exp.abstract_with_shardings())
@@ -120,7 +140,8 @@ def _setup(config: ml_collections.ConfigDict, workdir: str, mesh: jax.sharding.M
   stack.callback(writer.close)
   profiler = metrics_lib.Profiler(config.train.profile_steps, workdir)
   stack.callback(profiler.close)
-  return _Run(config, workdir, exp, ckpt, writer, profiler, held, start), state
+  train_log = ckpt.restore_train_log(start) if start else None
+  return _Run(config, workdir, exp, ckpt, writer, profiler, held, start, train_log), state
 
 
 def hparams(config: ml_collections.ConfigDict) -> dict[str, Any]:
@@ -131,12 +152,21 @@ def hparams(config: ml_collections.ConfigDict) -> dict[str, Any]:
 
 class _TrainLog:
   """Host-side handling of each step's metrics: the NaN/Inf check, and the window averaged into
-  the train scalars written every ``train.log_every`` steps."""
+  the train scalars written every ``train.log_every`` steps. The window is saved with each
+  checkpoint (``saved``) and restored with it, so a resume at any step writes the same records."""
 
   def __init__(self, run: _Run):
     self.run = run
-    self.sums: dict[str, np.ndarray] = {}
-    self.num = 0
+    saved = run.train_log or {'num': 0, 'sums': {}}
+    self.sums: dict[str, np.ndarray] = {k: np.asarray(v['values'], v['dtype'])
+                                        for k, v in saved['sums'].items()}
+    self.num = int(saved['num'])
+
+  def saved(self) -> dict[str, Any]:
+    """The window as JSON (float32 sums are exact as Python floats)."""
+    return {'num': self.num, 'sums': {k: {'values': np.asarray(v).tolist(),
+                                          'dtype': str(np.asarray(v).dtype)}
+                                      for k, v in self.sums.items()}}
 
   def add(self, step: int, m: dict[str, np.ndarray]) -> None:
     run, t = self.run, self.run.config.train
@@ -179,7 +209,7 @@ def _train(run: _Run, state: Any, watcher: preemption.Watcher) -> tuple[Any, dic
     run.writer.progress(step)
     if watcher.reached(step):
       log.add(*jax.device_get(pending))
-      _preempt(run, step, state)
+      _preempt(run, step, state, log)
     evaluated = step % t.eval_every == 0 or step == t.num_steps
     saved = step % t.checkpoint_every == 0 or step == t.num_steps
     if evaluated or saved:
@@ -195,18 +225,25 @@ def _train(run: _Run, state: Any, watcher: preemption.Watcher) -> tuple[Any, dic
       run.held.check()
       score = float(np.mean(last_eval['score'])) if evaluated else np.nan
       finite = np.isfinite(score) and np.all(np.isfinite(last_eval['loss']))
-      run.ckpt.save(step, state, score if finite else None)
+      run.ckpt.save(step, state, score if finite else None, log.saved())
   if pending is not None:
     log.add(*jax.device_get(pending))
   run.ckpt.wait()
   return state, last_eval
 
 
-def _preempt(run: _Run, step: int, state: Any) -> None:
-  run.ckpt.save(step, state)
+def _preempt(run: _Run, step: int, state: Any, log: _TrainLog) -> None:
+  run.ckpt.save(step, state, train_log=log.saved())
   run.ckpt.wait()
   console(f'Preempted: saved step {step} in {run.workdir}; the next start resumes from it.')
   raise preemption.Preempted(step)
+
+
+def final_splits(exp: Experiment) -> list[tuple[str, int]]:
+  """The (split, length) pairs evaluated at the end: every split but validation, up to
+  ``train.eval_max_length``."""
+  limit = exp.config.train.eval_max_length or max(exp.info.eval_splits.values())
+  return [(k, v) for k, v in exp.info.eval_splits.items() if k != 'validation' and v <= limit]
 
 
 def _summarize(run: _Run, state: Any, last_eval: dict | None) -> dict[str, Any]:
@@ -216,10 +253,8 @@ def _summarize(run: _Run, state: Any, last_eval: dict | None) -> dict[str, Any]:
   if last_eval is None:  # resumed at the end: evaluate what was restored
     last_eval = exp.evaluate(state.params, exp.eval_batches('validation'))
   chosen, params = exp.chosen_members(state.params, last_eval)
-  limit = run.config.train.eval_max_length or max(exp.info.eval_splits.values())
-  splits = [(k, v) for k, v in exp.info.eval_splits.items() if k != 'validation' and v <= limit]
   began = time.perf_counter()
-  results = exp.evaluate_lengths(params, splits)  # the chosen members, in their order
+  results = exp.evaluate_lengths(params, final_splits(exp))  # the chosen members, in order
   run.seconds['test_eval'] = time.perf_counter() - began
   summary = {
       'position': exp.model_config.position,
@@ -244,4 +279,18 @@ def _summarize(run: _Run, state: Any, last_eval: dict | None) -> dict[str, Any]:
   }
   if jax.process_index() == 0:
     storage.write_json(os.path.join(run.workdir, SUMMARY_FILE), summary)
+  console(closing_line(summary, os.path.join(run.workdir, SUMMARY_FILE)))
   return summary
+
+
+def closing_line(summary: dict[str, Any], path: str) -> str:
+  """The run's last line: the test result of the final state, and where the rest is."""
+  test = summary['eval'].get('test', {})
+  metric = next((m for m in ('perplexity', 'pearson', 'accuracy') if m in test), None)
+  if metric is None:
+    return f'Done at step {summary["num_steps"]}; results in {path}.'
+  values = np.asarray(test[metric])
+  spread = f' +- {values.std(ddof=1):.4f} over {values.size} seeds' if values.size > 1 else ''
+  return (f'Done: test {metric} {values.mean():.4f}{spread} at length {test["length"]}, of the '
+          f'final step {summary["num_steps"]} (eval.py and predict.py default to the best '
+          f'checkpoint by validation; --checkpoint=latest is this one). All results: {path}.')
