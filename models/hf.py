@@ -110,7 +110,14 @@ def load_state_dict(path: str) -> dict[str, np.ndarray]:
   for suffixes, read in (('.index.json', _read_sharded), ('.safetensors', _read_safetensors),
                          (('.bin', '.pt', '.pth'), _read_torch), ('.msgpack', _read_flax)):
     if weights.endswith(suffixes):
-      return read(weights)
+      try:
+        return read(weights)
+      except (ImportError, MemoryError, FileNotFoundError):
+        raise
+      except Exception as e:  # pylint: disable=broad-except  (each format's reader its own)
+        raise ValueError(f'{weights} cannot be read ({type(e).__name__}: '
+                         f'{" ".join(str(e).split())[:200]}): the file is truncated or damaged. '
+                         'Download or save the checkpoint again.') from e
   raise ValueError(f'Unknown weights format {weights!r}: expected .safetensors, .bin, .pt or '
                    '.msgpack.')
 

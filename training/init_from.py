@@ -107,6 +107,9 @@ def check_source(config: ml_collections.ConfigDict) -> None:
         'with the source\'s tokenizer: --config.data.tokenizer=huggingface (its tokenizer.json '
         'is copied into this workdir).')
   if kind == 'workdir':
+    if storage.is_file(os.path.join(source, SUMMARY_FILE)):  # before the workdir is touched
+      seeds = [config.train.seed + i for i in range(config.train.num_seeds)]
+      member_map(*_source_members(source, 1), seeds)
     source_config = validation.load_config(source)
     theirs = {f: _field(source_config, f) for f in PARAMETER_FIELDS}
     if (theirs['data.tokenizer'] in ('wordpiece', 'bpe') and config.data.tokenizer == 'huggingface'
@@ -144,16 +147,48 @@ def _mapped(target: np.ndarray, saved: np.ndarray, members: list[int], path: str
   return saved[np.asarray(members)].astype(target.dtype)
 
 
+def _newest_intact(source: str) -> tuple[int, Any]:
+  """(step, parameters) of the source's newest checkpoint that reads; InitFromError if none."""
+  ckpt = checkpoints.Checkpointer(source, 1, read_only=True)
+  reasons = []
+  try:
+    for step in ckpt.ranked_steps('latest'):
+      try:
+        return step, ckpt.restore_raw(step)['params']
+      except checkpoints.CorruptCheckpointError as e:
+        reasons.append(f'step {step}: {e.reason}')
+  finally:
+    ckpt.close()
+  raise InitFromError(f'train.init_from={source!r} has no ' + (
+      f'intact checkpoint ({"; ".join(reasons)}): restore it from a backup, or start from '
+      'another run.' if reasons else 'checkpoint yet: let it train first.'))
+
+
+def member_map(source_members: list[int], source_seeds: list, seeds: list[int]) -> list[int]:
+  """The source member each of ``seeds`` starts from: the one of its seed, else the source's
+  members in turn. InitFromError where that would start two members from one source member while
+  the source has several (seeds the paired statistics take as independent would start alike);
+  from a single source member every seed starts alike, as from any one checkpoint. A seed
+  repeated in a learning-rate sweep starts from the same member at every rate."""
+  distinct = list(dict.fromkeys(seeds))
+  if len(source_members) > 1 and len(distinct) > len(source_members):
+    raise InitFromError(
+        f'train.init_from holds {len(source_members)} members of its chosen learning rate '
+        f'(seeds {source_seeds}), too few for train.num_seeds={len(distinct)} here: some members '
+        'would start from the same source member, so their seeds would not be independent. Set '
+        f'--config.train.num_seeds={len(source_members)} or fewer, or train the source with more '
+        'seeds.')
+  left = [m for m, s in zip(source_members, source_seeds) if s not in distinct]
+  start = {s: source_members[source_seeds.index(s)] if s in source_seeds else left.pop(0)
+           if left else source_members[0] for s in distinct}
+  return [start[s] for s in seeds]
+
+
 def _from_workdir(source: str, exp: Any) -> tuple[Any, list[int], str]:
   """(params with a member axis, the source member of each of ours, a description)."""
-  ckpt = checkpoints.Checkpointer(source, 1, read_only=True)
-  steps = ckpt.ranked_steps('latest')
-  if not steps:
-    raise InitFromError(f'train.init_from={source!r} has no checkpoint yet.')
-  step, saved = steps[0], ckpt.restore_raw(steps[0])['params']
+  step, saved = _newest_intact(source)
   chosen, seeds = _source_members(source, len(jax.tree.leaves(saved)[0]))
-  members = [chosen[seeds.index(s)] if s in seeds else chosen[i % len(chosen)]
-             for i, s in enumerate(exp.seeds)]
+  members = member_map(chosen, seeds, exp.seeds)
   return saved, members, f'step {step}, members {members}'
 
 
@@ -179,16 +214,22 @@ def initial_state(state: Any, exp: Any, config: ml_collections.ConfigDict) -> An
   kind = _kind(source)
   saved, members, described = (_from_workdir(source, exp) if kind == 'workdir'
                                else _from_checkpoint(source, kind, exp))
+  if len(set(members)) == 1 and len(set(exp.seeds)) > 1:
+    described += ('; every seed starts from this one source member, so the spread over seeds is '
+                  'fine-tuning noise only')
   ours = _flat(state.params)
   theirs = {k: v for k, v in _flat(saved).items()
             if config.train.init_head or not k.startswith(HEAD + '/')}
   copied = {k: _mapped(ours[k], v, members, k) for k, v in theirs.items() if k in ours}
-  # Unused: the source's arrays not copied (its head, unless init_head; a pre-trained language
-  # model's prediction head).
-  unexpected, fresh = sorted(set(_flat(saved)) - set(copied)), sorted(set(ours) - set(theirs))
+  # Each array is named once: ours not copied (the head, unless init_head), or the source's
+  # without a counterpart here (a pre-trained language model's prediction head).
+  fresh = sorted(set(ours) - set(copied))
+  unused = sorted(set(_flat(saved)) - set(ours))
+  head = ' (train.init_head=False: the source\'s head is not copied)' if any(
+      k.startswith(HEAD + '/') for k in fresh) and not config.train.init_head else ''
   console(f'Initialised {len(copied)} of {len(ours)} parameter arrays from {source} '
-          f'({described}); newly initialised: {", ".join(fresh) or "none"}; '
-          f'unused from the source: {", ".join(unexpected) or "none"}.')
+          f'({described}); newly initialised: {", ".join(fresh) or "none"}{head}; unused from '
+          f'the source: {", ".join(unused) or "none"}.')
   params = _unflat(state.params, {k: copied.get(k) for k in ours})
   return state.replace(params=params)
 
