@@ -16,6 +16,7 @@ from absl import logging
 from experiments import cli
 from training import distributed
 from training import evaluation
+from training import outputs
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('workdir', None, 'The train.py workdir to evaluate.', required=True)
@@ -23,9 +24,10 @@ flags.DEFINE_string('checkpoint', 'best', "'best' (validation accuracy), 'latest
 flags.DEFINE_string('split', 'test', 'Split evaluated at the training length.')
 flags.DEFINE_string('eval_lengths', '', 'Comma-separated lengths to evaluate at, e.g. 128,256.')
 flags.DEFINE_multi_string('override', [], 'group.field=value, repeatable: a config field that '
-                          'leaves the parameters alone (rope.*, data.max_length, '
-                          'model.attention_impl, train.eval_batch_size), e.g. RoPE scaling for '
-                          'evaluation beyond the training length.')
+                          'leaves the parameters and how they are read alone (RoPE scaling: '
+                          'rope.scaling, rope.scaling_factor, rope.original_max_length, ...; '
+                          'data.max_length, model.attention_impl, train.eval_batch_size), e.g. '
+                          'RoPE scaling for evaluation beyond the training length.')
 flags.DEFINE_string('output', None, 'Where to write the results (default: WORKDIR/eval.json).')
 distributed.define_flags()
 
@@ -35,6 +37,8 @@ def main(argv):
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   lengths = evaluation.parse_lengths(FLAGS.eval_lengths)  # before anything is loaded
   overrides = evaluation.parse_overrides(FLAGS.override)
+  if FLAGS.output:
+    outputs.check([FLAGS.output], '--output', folder=FLAGS.workdir, own=(evaluation.EVAL_FILE,))
   distributed.initialize_from_flags()
   if not FLAGS['verbosity'].present:
     logging.set_verbosity(logging.WARNING)  # library INFO logs (TFDS, orbax) off

@@ -13,6 +13,7 @@ from absl import flags
 from absl import logging
 
 from experiments import cli
+from training import outputs
 from training import prediction
 
 FLAGS = flags.FLAGS
@@ -29,6 +30,7 @@ def main(argv):
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   if FLAGS.batch_size <= 0:
     raise ValueError(f'--batch_size={FLAGS.batch_size} must be > 0.')
+  outputs.check([FLAGS.output], '--output', inputs=[FLAGS.input], folder=FLAGS.workdir)
   if not FLAGS['verbosity'].present:
     logging.set_verbosity(logging.WARNING)
   count = prediction.write_predictions(

@@ -35,7 +35,9 @@ from configs import default  # pylint: disable=g-import-not-at-top
 from data import storage  # pylint: disable=g-import-not-at-top
 from data import tokenizers  # pylint: disable=g-import-not-at-top
 from models import hf  # pylint: disable=g-import-not-at-top
+from experiments import cli  # pylint: disable=g-import-not-at-top
 from training import checkpoints  # pylint: disable=g-import-not-at-top
+from training import outputs  # pylint: disable=g-import-not-at-top
 from training import validation  # pylint: disable=g-import-not-at-top
 
 
@@ -54,6 +56,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def convert(args: argparse.Namespace) -> hf.HFRoFormer:
+  if storage.is_file(args.out):
+    raise ValueError(f'--out: {args.out} is a file; name the folder to write the conversion to.')
+  written = (checkpoints.CONVERTED_METADATA, tokenizers.HF_TOKENIZER_FILE)
+  outputs.check([os.path.join(args.out, name) for name in written], '--out', folder=args.hf_dir)
   changes = {} if args.type_vocab_size is None else {'type_vocab_size': args.type_vocab_size}
   # The fields HF RoFormer does not define (e.g. model.attention_impl) are configs/default.py's.
   base = validation.model_config(default.get_config(), vocab_size=1, num_classes=1)
@@ -93,4 +99,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == '__main__':
-  main()
+  try:
+    main()
+  except cli.USER_ERRORS as e:
+    cli.fail(e)

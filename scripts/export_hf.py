@@ -30,8 +30,13 @@ from data import storage  # pylint: disable=g-import-not-at-top
 from data import tokenizers  # pylint: disable=g-import-not-at-top
 from experiments import cli  # pylint: disable=g-import-not-at-top
 from models import hf  # pylint: disable=g-import-not-at-top
+from training import outputs  # pylint: disable=g-import-not-at-top
 from training import prediction  # pylint: disable=g-import-not-at-top
 from training import validation  # pylint: disable=g-import-not-at-top
+
+
+EXPORTED_FILES = ('config.json', 'model.safetensors', tokenizers.HF_TOKENIZER_FILE,
+                  tokenizers.HF_TOKENIZER_CONFIG)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -45,6 +50,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def export(workdir: str, out: str, checkpoint: str = 'best') -> str:
   """Writes the checkpoint directory; returns what it holds, in words."""
   workdir = validation.check_workdir(workdir)
+  if storage.is_file(out):
+    raise ValueError(f'--out: {out} is a file; name the folder to write the checkpoint into.')
+  outputs.check([os.path.join(out, name) for name in EXPORTED_FILES], '--out', folder=workdir)
   config, info, cfg = prediction.describe(workdir)
   hf.check_exportable(cfg)  # before anything is read
   tokenizer = datasets.load_tokenizer(config.data, workdir)
