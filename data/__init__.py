@@ -30,6 +30,14 @@ Every dataset has the splits ``train``, ``validation`` and ``test``; the positio
 from __future__ import annotations
 
 import dataclasses
+import os
+
+# TensorFlow only reads and shuffles data here (TFDS, tf.data), on integers and bytes: its
+# start-up lines (oneDNN's notice, absl's pre-InitializeLog warning) would be the first thing
+# every command prints, even before a one-line user error. Set before TF is first imported; a
+# user's own setting wins.
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '0')
 
 PROBE_TASKS = ('order', 'distance', 'nearest')
 EMBEDDED_DATASETS = tuple(f'position_probes/{task}' for task in PROBE_TASKS) + (

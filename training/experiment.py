@@ -31,6 +31,10 @@ def _device_memory() -> float:
   return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / jax.local_device_count()
 
 
+def _gib(num_bytes: float) -> str:
+  return f'{num_bytes / 2**30:.3g} GiB'
+
+
 class Experiment:
   """A run's data, model, steps and shardings over ``mesh`` (from ``validation.validate``; by
   default the config's mesh over all devices)."""
@@ -188,10 +192,11 @@ class Experiment:
       size = max(unit, size // 2 // unit * unit)
     if size // devices * per_example > _device_memory() / 2:
       raise ValueError(
-          f'Evaluating at {length} tokens needs about {per_example / 2**30:.1f} GiB per example '
+          f'Evaluating at {length} tokens needs about {_gib(per_example)} per example '
           f'({cfg.attention} attention, {live} member(s) at once), more than half of the '
-          f'{_device_memory() / 2**30:.0f} GiB of a device here. Evaluate at shorter lengths, '
-          'or train with model.attention=linear, whose memory grows linearly with the length.')
+          f'{_gib(_device_memory())} of a device here. Evaluate at shorter lengths (a training '
+          'run: train.eval_max_length), on fewer or larger devices, or train with '
+          'model.attention=linear, whose memory grows linearly with the length.')
     return size
 
   def evaluate(self, params, batches: Iterable[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
