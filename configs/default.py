@@ -129,6 +129,11 @@ def _data() -> ml_collections.ConfigDict:
   # data.name=files: comma-separated names of the columns of CSV/TSV files without a header row
   # (e.g. LRA Retrieval's 'label,id1,id2,text1,text2'); '' = the first row names them.
   d.columns = ''
+  # data.name=files: how CSV/TSV fields are quoted. 'auto': .csv files by CSV rules (a quoted
+  # field may hold the delimiter, newlines and "" for a quote), .tsv/.tab files not at all, as
+  # GLUE's are written (one row a line, a field at every tab, a quote is text); 'csv' or 'none':
+  # that rule for every CSV/TSV file.
+  d.quoting = 'auto'
   # data.name=files: the labels are real numbers (STS-B-like): a one-output head trained with
   # squared error, scored by Pearson's (ranking checkpoints) and Spearman's correlation.
   d.regression = False

@@ -1,11 +1,18 @@
-"""The user's own data: local CSV, TSV or JSONL files with a text (or two) and a label column.
+r"""The user's own data: local CSV, TSV or JSONL files with a text (or two) and a label column.
 
 * Format by extension: ``.csv``; ``.tsv``/``.tab`` (tab-separated); ``.jsonl``/``.ndjson`` (one
   JSON object per line; blank lines skipped), each optionally gzipped (``.csv.gz``). CSV/TSV
   files need a header row, unless ``data.columns`` names their columns (headerless files such as
   LRA Retrieval's ``label, id1, id2, text1, text2``); a UTF-8 byte-order mark (as Excel writes)
-  is skipped; quoting is parsed strictly, so an unclosed quote is an error naming its line, not
-  merged rows.
+  is skipped.
+* Quoting (``data.quoting``): by default ``.csv`` files follow CSV rules, parsed strictly, so an
+  unclosed quote is an error naming its line, not merged rows; ``.tsv``/``.tab`` files are not
+  quoted (as GLUE's are written): one row a line, fields split at every tab, a quote is text.
+  'csv' or 'none' applies one rule to every file.
+* Lines end at ``\n`` only (one ``\r`` before it is dropped; a lone ``\r`` is text): a .txt
+  file to predict on holds one example a line, so predictions line up with its lines.
+* Files are read as UTF-8: one that starts with a UTF-16/UTF-32 byte-order mark or holds NUL
+  bytes in its first 4 KiB is refused (read as UTF-8 it would give garbage texts, not an error).
 * Sentence pairs: ``data.text_b_column`` names the second text of each example (texts then have
   shape [n, 2]).
 * Texts are kept as raw bytes: invalid UTF-8 is passed through unchanged (the byte tokenizer sees
@@ -25,6 +32,7 @@ import dataclasses
 import functools
 import gzip
 import io
+import itertools
 import json
 import os
 import re
@@ -32,6 +40,7 @@ from typing import IO, Iterator
 
 import numpy as np
 
+from data import lists
 from data import storage
 from data.sources import shard_bounds
 
@@ -40,6 +49,11 @@ HOLDOUT_FRACTION = 0.1
 _HOLDOUT_SEED = 0
 _INTEGER = re.compile(r'-?\d+')
 _FORMATS = {'.csv': ',', '.tsv': '\t', '.tab': '\t', '.jsonl': None, '.ndjson': None}
+QUOTING = ('auto', 'csv', 'none')  # data.quoting
+_SNIFF_BYTES = 4096  # the start of a file that is checked for UTF-16/UTF-32
+# UTF-32's little-endian mark starts with UTF-16's, so it comes first.
+_WIDE_BOMS = ((b'\xff\xfe\x00\x00', 'UTF-32'), (b'\x00\x00\xfe\xff', 'UTF-32'),
+              (b'\xff\xfe', 'UTF-16'), (b'\xfe\xff', 'UTF-16'))
 _MAX_CLASSES = 1_000_000  # integer labels beyond this (or far sparser than their range): IDs
 csv.field_size_limit(2**31 - 1)  # long documents: the default limit is 128 KiB per field
 _FIX_LABEL = ('Fix the label, or add an example of that class to the training files (and delete '
@@ -94,35 +108,83 @@ def _to_bytes(text: str) -> bytes:
     return text.encode('utf-8', errors='replace')
 
 
-def _open(path: str) -> IO[str]:
-  """The file as text (gunzipped for .gz), a leading byte-order mark skipped, bytes that are not
-  UTF-8 kept (``_to_bytes`` restores them)."""
+def _refuse_utf16_or_32(path: str, head: bytes) -> None:
+  """ValueError if the (decompressed) start of a file is UTF-16 or UTF-32: a byte-order mark, or
+  NUL bytes (ASCII text in UTF-16 without a mark). Read as UTF-8 such a file would give garbage
+  texts and garbage predictions, with no error."""
+  encoding = next((name for mark, name in _WIDE_BOMS if head.startswith(mark)), None)
+  if encoding is None and b'\0' not in head:
+    return
+  found = (f'starts with a {encoding} byte-order mark' if encoding else
+           f'holds NUL bytes in its first {_SNIFF_BYTES // 1024} KiB (UTF-16 or UTF-32 without '
+           'a byte-order mark, or not text at all)')
+  name = os.path.basename(path)
+  plain = name[:-3] if name.lower().endswith('.gz') else name
+  stem, extension = os.path.splitext(plain)
+  iconv = f'iconv -f {encoding or "UTF-16"} -t UTF-8'
+  source = f'gunzip -c {name} | {iconv}' if plain != name else f'{iconv} {name}'
+  raise ValueError(f'{path} {found}; input files are read as UTF-8. Convert it and pass the '
+                   f'converted file, e.g. {source} > {stem}.utf8{extension}')
+
+
+def _open(path: str, newline: str = '\n') -> IO[str]:
+  r"""The file as text (gunzipped for .gz), a leading UTF-8 byte-order mark skipped, bytes that
+  are not UTF-8 kept (``_to_bytes`` restores them); ValueError if it is UTF-16 or UTF-32.
+  ``newline`` '\n' ends lines at '\n' only (``_lines``); csv needs ''."""
   if not path.lower().endswith('.gz'):
     binary = storage.path(path).open('rb')
   elif storage.is_remote(path):  # gzip would not close a file object it was given
     binary = io.BytesIO(gzip.decompress(storage.read_bytes(path)))
   else:
     binary = gzip.open(storage.canonical(path), 'rb')
-  return io.TextIOWrapper(binary, newline='', encoding='utf-8-sig', errors='surrogateescape')
+  try:
+    _refuse_utf16_or_32(path, binary.read(_SNIFF_BYTES))
+    binary.seek(0)
+  except BaseException:
+    binary.close()
+    raise
+  return io.TextIOWrapper(binary, newline=newline, encoding='utf-8-sig',
+                          errors='surrogateescape')
+
+
+def _lines(f: IO[str]) -> Iterator[str]:
+  r"""The lines of a file opened with newline='\n', without their ending. A line ends at '\n'
+  only: ending lines at a lone '\r' as well would make two examples of what editors show as one
+  line. One '\r' before the '\n' (Windows) is dropped; a final '\n' starts no empty line."""
+  for line in f:
+    yield line.removesuffix('\n').removesuffix('\r')
 
 
 @dataclasses.dataclass(frozen=True)
 class Columns:
   """Which columns (JSONL: keys) hold the text, the optional second text and the label ('': none,
-  for inputs to predict), and the names of a headerless file's columns (empty: the first row
-  names them)."""
+  for inputs to predict), the names of a headerless file's columns (empty: the first row names
+  them), and how CSV/TSV fields are quoted (``data.quoting``)."""
 
   text: str
   label: str
   text_b: str = ''
   names: tuple[str, ...] = ()
+  quoting: str = 'auto'
+
+  def __post_init__(self):
+    if self.quoting not in QUOTING:
+      raise ValueError(f'data.quoting={self.quoting!r} is not valid; valid choices: '
+                       f'{", ".join(QUOTING)} (auto: .csv files quoted by CSV rules, .tsv/.tab '
+                       'files not quoted).')
 
   @classmethod
   def of(cls, data_config) -> Columns:
-    """The columns that a config's ``data`` group names."""
+    """The columns that a config's ``data`` group names; ValueError for a column named twice in
+    ``data.columns`` or an unknown ``data.quoting``."""
+    names = lists.parse(data_config.columns, 'data.columns', example='label,id1,id2,text1,text2')
     return cls(text=data_config.text_column, label=data_config.label_column,
-               text_b=data_config.text_b_column,
-               names=tuple(n.strip() for n in data_config.columns.split(',') if n.strip()))
+               text_b=data_config.text_b_column, names=tuple(names),
+               quoting=data_config.quoting)
+
+  def quoted(self, extension: str) -> bool:
+    """Whether a delimited file with this extension is parsed by CSV rules."""
+    return self.quoting == 'csv' or (self.quoting == 'auto' and extension == '.csv')
 
   @property
   def wanted(self) -> tuple[str, ...]:
@@ -140,28 +202,55 @@ _FIX_COLUMNS = ('set data.text_column, data.text_b_column and data.label_column 
                 'file uses')
 
 
-def _read_delimited(f: IO[str], path: str, delimiter: str, columns: Columns) -> Iterator[_Row]:
-  reader = csv.DictReader(f, fieldnames=list(columns.names) or None, delimiter=delimiter,
-                          strict=True)
-  for column in columns.wanted:
-    if reader.fieldnames is None or column not in reader.fieldnames:
-      where = 'data.columns' if columns.names else 'the header'
-      raise ValueError(f'{path}: no column {column!r} in {where} {reader.fieldnames}. The first '
-                       'row must name the columns (or data.columns, for files without a '
-                       f'header); {_FIX_COLUMNS}.')
-  i, start = 0, reader.line_num + 1
+class _UnquotedReader:
+  """What ``_read_delimited`` uses of csv.DictReader (fieldnames, line_num, the records), for
+  files without quoting: one row a line (``_lines``), fields split at every delimiter; blank
+  lines are skipped, as csv skips them; a short row's missing fields are None."""
+
+  def __init__(self, f: IO[str], names: tuple[str, ...], delimiter: str):
+    self._lines, self._delimiter, self.line_num = _lines(f), delimiter, 0
+    self.fieldnames = list(names) or self._next_fields()
+
+  def _next_fields(self) -> list[str] | None:
+    for line in self._lines:
+      self.line_num += 1
+      if line:
+        return line.split(self._delimiter)
+    return None
+
+  def __iter__(self) -> Iterator[dict[str, str | None]]:
+    while (fields := self._next_fields()) is not None:
+      yield dict(itertools.zip_longest(self.fieldnames, fields[:len(self.fieldnames)]))
+
+
+def _read_delimited(f: IO[str], path: str, delimiter: str, columns: Columns,
+                    quoted: bool) -> Iterator[_Row]:
+  i, start = 0, 1
   try:
+    reader = (csv.DictReader(f, fieldnames=list(columns.names) or None, delimiter=delimiter,
+                             strict=True) if quoted
+              else _UnquotedReader(f, columns.names, delimiter))
+    for column in columns.wanted:
+      if reader.fieldnames is None or column not in reader.fieldnames:
+        where = 'data.columns' if columns.names else 'the header'
+        raise ValueError(f'{path}: no column {column!r} in {where} {reader.fieldnames}. The '
+                         'first row must name the columns (or data.columns, for files without a '
+                         f'header); {_FIX_COLUMNS}.')
+    start = reader.line_num + 1
     for i, record in enumerate(reader, start=1):
       where = f'{path}, row {i} (line {reader.line_num})'
       if any(record[column] is None for column in columns.wanted):
-        raise ValueError(f'{where}: fewer fields than the header; quote fields that contain '
-                         'the delimiter or a newline.')
+        raise ValueError(f'{where}: fewer fields than the header; ' + (
+            'quote fields that contain the delimiter or a newline.' if quoted else
+            'this file is read without quoting (data.quoting), so every delimiter splits a '
+            'field and a row ends at its line.'))
       yield columns.row(where, record)
       start = reader.line_num + 1
   except csv.Error as e:
     raise ValueError(f'{path}, row {i + 1} (from line {start}): not valid CSV ({e}); a quote '
                      'that opens a field must close it (write a quote inside a quoted field '
-                     'as "").') from None
+                     'as ""), or, if this file does not quote its fields (common for TSV), set '
+                     '--config.data.quoting=none.') from None
 
 
 def _read_jsonl(f: IO[str], path: str, columns: Columns) -> Iterator[_Row]:
@@ -201,9 +290,10 @@ def read_rows(path: str, columns: Columns) -> list[_Row]:
                      '.tsv, .tab, .jsonl or .ndjson, optionally gzipped (.csv.gz). Decompress '
                      'other archives (zip, bz2, xz, zst) first.')
   delimiter = _FORMATS[extension]
-  try:
-    with _open(path) as f:
-      rows = list(_read_delimited(f, path, delimiter, columns) if delimiter
+  quoted = bool(delimiter) and columns.quoted(extension)
+  try:  # csv needs newline='': it ends rows itself, outside quotes only
+    with _open(path, newline='' if quoted else '\n') as f:
+      rows = list(_read_delimited(f, path, delimiter, columns, quoted) if delimiter
                   else _read_jsonl(f, path, columns))
   except (gzip.BadGzipFile, EOFError) as e:
     raise ValueError(f'{path}: not a complete gzip file ({e}).') from None
@@ -214,25 +304,32 @@ def read_rows(path: str, columns: Columns) -> list[_Row]:
   return rows
 
 
+def _read_lines(path: str, columns: Columns) -> list[_Row]:
+  """The rows of a .txt file: one example a line (``_lines``; an empty line is an empty text), a
+  pair's two texts separated by a tab."""
+  if not storage.is_file(path):
+    raise FileNotFoundError(f'Input file {path!r} not found; fix the path.')
+  with _open(path) as f:
+    lines = list(_lines(f))
+  rows = []
+  for i, line in enumerate(lines, start=1):
+    text = _to_bytes(line)
+    if columns.text_b:
+      if b'\t' not in text:
+        raise ValueError(f'{path}, line {i}: the model reads pairs; write each example as the '
+                         'two texts separated by a tab.')
+      text = tuple(text.split(b'\t', 1))
+    rows.append(_Row(f'{path}, line {i}', text, ''))
+  return rows
+
+
 def read_inputs(path: str, columns: Columns) -> np.ndarray:
   """The texts of a file to predict on, in order (object [n], or [n, 2] with
-  ``columns.text_b``): a .txt file holds one example a line (a pair: the two texts separated by
-  a tab), other formats as ``read_rows`` without labels; ValueError if it holds none."""
+  ``columns.text_b``): a .txt file holds one example a line (``_read_lines``), other formats as
+  ``read_rows`` without labels; ValueError if it holds none."""
   stem = path.lower()[:-3] if path.lower().endswith('.gz') else path.lower()
   if stem.endswith('.txt'):
-    if not storage.is_file(path):
-      raise FileNotFoundError(f'Input file {path!r} not found; fix the path.')
-    with _open(path) as f:
-      lines = [line.rstrip('\r\n') for line in f]
-    rows = []
-    for i, line in enumerate(lines, start=1):
-      text = _to_bytes(line)
-      if columns.text_b:
-        if b'\t' not in text:
-          raise ValueError(f'{path}, line {i}: the model reads pairs; write each example as the '
-                           'two texts separated by a tab.')
-        text = tuple(text.split(b'\t', 1))
-      rows.append(_Row(f'{path}, line {i}', text, ''))
+    rows = _read_lines(path, columns)
   else:
     rows = read_rows(path, dataclasses.replace(columns, label=''))
   if not rows:
@@ -263,8 +360,22 @@ def _texts(rows: list[_Row]) -> np.ndarray:
   return texts
 
 
-def _split_paths(paths: str) -> list[str]:
-  return [p.strip() for p in paths.split(',') if p.strip()]
+def _split_paths(paths: str, field: str) -> list[str]:
+  """The comma-separated paths of ``field`` as given; ValueError naming it if a file is named
+  twice, also as two spellings (a.csv, ./a.csv): its rows would count twice."""
+  lists.parse(paths, field, storage.canonical, example='train.csv,more.csv')
+  return lists.parse(paths, field)
+
+
+def _split_fields(train_files: str, validation_files: str, test_files: str,
+                  example: str) -> dict[str, list[str]]:
+  """Split -> the paths of its data.<split>_files; ValueError without training files."""
+  paths = {split: _split_paths(value, f'data.{split}_files') for split, value in
+           (('train', train_files), ('validation', validation_files), ('test', test_files))}
+  if not paths['train']:
+    raise ValueError('data.name=files needs data.train_files (comma-separated paths), e.g. '
+                     f'--config.data.train_files={example}.')
+  return paths
 
 
 def infer_classes(rows: list[_Row]) -> Classes:
@@ -331,22 +442,17 @@ class FilesSource:
 
   def __init__(self, *, train_files: str, validation_files: str, test_files: str,
                columns: Columns, workdir: str | None, regression: bool = False):
-    if not _split_paths(train_files):
-      raise ValueError('data.name=files needs data.train_files (comma-separated paths), e.g. '
-                       '--config.data.train_files=train.csv.')
-
-    def read(paths: str) -> list[_Row]:
-      return [row for p in _split_paths(paths) for row in read_rows(p, columns)]
-
-    train = read(train_files)
+    paths = _split_fields(train_files, validation_files, test_files, 'train.csv')
+    read = lambda split: [row for p in paths[split] for row in read_rows(p, columns)]
+    train = read('train')
     # classes.json is written only once every row of every split has a valid label, so bad
     # input leaves nothing behind in the workdir.
     classes = REGRESSION if regression else load_classes(workdir) or infer_classes(train)
-    if _split_paths(validation_files):
-      validation = read(validation_files)
+    if paths['validation']:
+      validation = read('validation')
     else:
       train, validation = _hold_out(train)
-    test = read(test_files) if _split_paths(test_files) else validation
+    test = read('test') if paths['test'] else validation
     for split, rows in (('validation', validation), ('test', test)):
       if not rows:
         raise ValueError(f'The {split} split is empty ({len(train)} training rows). Give '
@@ -374,41 +480,42 @@ class FilesSource:
 
 
 
-def read_documents(path: str, text_column: str) -> list[bytes]:
-  """The documents of one file, for pre-training: a plain-text file (.txt, optionally .gz) holds
-  documents separated by blank lines; CSV/TSV/JSONL files one per row (``text_column``)."""
+def read_documents(path: str, columns: Columns) -> list[bytes]:
+  r"""The documents of one file, for pre-training: a plain-text file (.txt, optionally .gz) holds
+  documents separated by blank lines (lines as ``_lines`` ends them: a blank line may end in
+  '\r', a lone '\r' ends none); CSV/TSV/JSONL files one per row (``columns.text``)."""
   lower = path.lower()
   if lower.endswith(('.txt', '.txt.gz')):
     if not storage.is_file(path):
-      read_rows(path, Columns(text=text_column, label=''))  # the not-found message
+      read_rows(path, columns)  # the not-found message
     with _open(path) as f:
       content = f.read()
-    documents = re.split(r'\n[ \t]*\n', content)
+    documents = re.split(r'\n[ \t]*\r?\n', content)
     return [_to_bytes(d.strip()) for d in documents if d.strip()]
-  return [row.text for row in read_rows(path, Columns(text=text_column, label=''))]
+  return [row.text for row in read_rows(path, columns)]
 
 
 class DocumentsSource:
   """Train/validation/test documents of local files, for language models; without
   ``validation_files`` a tenth of the training documents (seeded) is held out, and without
-  ``test_files`` the validation documents are the test split."""
+  ``test_files`` the validation documents are the test split. ``quoting`` is ``data.quoting``,
+  for CSV/TSV files."""
 
   splits = ('train', 'validation', 'test')
   class_names = ()
   pairs = False
 
   def __init__(self, *, train_files: str, validation_files: str, test_files: str,
-               text_column: str):
-    if not _split_paths(train_files):
-      raise ValueError('data.name=files needs data.train_files (comma-separated paths), e.g. '
-                       '--config.data.train_files=corpus.txt.')
-    read = lambda paths: [d for p in _split_paths(paths) for d in read_documents(p, text_column)]
-    train = read(train_files)
-    if _split_paths(validation_files):
-      validation = read(validation_files)
+               text_column: str, quoting: str = 'auto'):
+    paths = _split_fields(train_files, validation_files, test_files, 'corpus.txt')
+    columns = Columns(text=text_column, label='', quoting=quoting)
+    read = lambda split: [d for p in paths[split] for d in read_documents(p, columns)]
+    train = read('train')
+    if paths['validation']:
+      validation = read('validation')
     else:
       train, validation = _hold_out(train, minimum=1)
-    test = read(test_files) if _split_paths(test_files) else validation
+    test = read('test') if paths['test'] else validation
     self._documents = {'train': train, 'validation': validation, 'test': test}
     for split, documents in self._documents.items():
       if not documents:
