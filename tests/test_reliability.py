@@ -137,6 +137,24 @@ def test_truncated_checkpoint_is_detected_and_run_resumes(files_config, tmp_path
     assert f.read() == metrics_text
 
 
+def test_garbled_checkpoint_metrics_are_set_aside(files_config, tmp_path, two_checkpoints, capfd):
+  """orbax reads every step's metrics when it opens the checkpoints: a garbled metrics file of
+  the newest one is set aside by its manifest (was orbax's JSON error), and the run resumes from
+  the previous checkpoint and ends exactly as the uninterrupted run."""
+  original, final_state, metrics_text = two_checkpoints
+  workdir = str(tmp_path / 'run')
+  shutil.copytree(original, workdir)
+  with open(os.path.join(workdir, 'checkpoints', '20', 'metrics', 'metrics'), 'r+b') as f:
+    f.write(b'\x00garbled')
+  capfd.readouterr()
+  trainer.train_and_evaluate(files_config(), workdir)
+  assert 'Moved the corrupt checkpoint 20' in capfd.readouterr().err
+  assert os.path.isdir(os.path.join(workdir, checkpoints.CORRUPT_DIR, '20'))
+  assert_states_equal(state_of(workdir, 20), final_state)
+  with open(os.path.join(workdir, metrics.METRICS_FILE)) as f:
+    assert f.read() == metrics_text
+
+
 def test_garbled_partial_and_unmanifested_checkpoints(files_config, tmp_path, two_checkpoints):
   original, final_state, _ = two_checkpoints
   config = files_config()

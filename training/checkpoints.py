@@ -200,7 +200,29 @@ class Checkpointer:
         preservation_policy=policies.AnyPreservationPolicy([policies.LatestN(keep), best]),
         best_fn=lambda m: m['accuracy'], best_mode='max', cleanup_tmp_directories=not read_only,
         read_only=read_only, create=not read_only)
-    self.manager = ocp.CheckpointManager(self.directory, options=options)
+    self.manager = self._open(options)
+
+  def _open(self, options: ocp.CheckpointManagerOptions) -> ocp.CheckpointManager:
+    """orbax's manager, which reads every step's metrics: a step whose small files fail their
+    manifest is set aside first instead of surfacing as orbax's parse error (read-only, where
+    nothing may move: CheckpointError naming it)."""
+    try:
+      return ocp.CheckpointManager(self.directory, options=options)
+    except Exception:  # pylint: disable=broad-except
+      names = storage.listdir(self.directory) if storage.is_dir(self.directory) else []
+      corrupt = {int(n): reason for n in names if n.isdigit()
+                 if (reason := verify(self.step_dir(int(n)), full=False))}
+      if not corrupt:
+        raise
+      if self.read_only:
+        raise CheckpointError(
+            f'The checkpoints in {self.directory} cannot be opened: '
+            + '; '.join(f'step {s}: {r}' for s, r in sorted(corrupt.items()))
+            + '. Restore them from a backup; train.py on this workdir sets them aside and resumes '
+            'from the newest intact one.') from None
+      self.skipped.update(corrupt)
+      self._set_aside(reload=False)
+      return ocp.CheckpointManager(self.directory, options=options)
 
   def step_dir(self, step: int) -> str:
     return os.path.join(self.directory, str(step))
@@ -226,14 +248,20 @@ class Checkpointer:
 
   def _save_failed(self, step: int | None, e: Exception) -> CheckpointSaveError:
     self._save_error = e
-    intact = [s for s in self.all_steps() if s != step and not verify(self.step_dir(s), full=False)]
     what = f'the checkpoint of step {step}' if step is not None else 'a checkpoint'
+    earlier = [s for s in self.all_steps() if s != step]
+    if storage.is_remote(self.directory):
+      # Not asked again: each request to storage that failed would wait out its retries (the
+      # resumed run checks the checkpoints against their manifests).
+      cause = f'{storage.request_failed(self.directory, e)}, then'
+    else:
+      earlier = [s for s in earlier if not verify(self.step_dir(s), full=False)]
+      cause = (f'{type(e).__name__}: {" ".join(str(e).split())[:500]}. This is usually a full '
+               'disk, a quota or a read-only filesystem: free space (or fix the permissions) and')
     return CheckpointSaveError(
-        f'Could not write {what} in {self.directory}: {type(e).__name__}: '
-        f'{" ".join(str(e).split())[:500]}. This is usually a full disk, a quota or a read-only '
-        'filesystem: free space (or fix the permissions) and rerun the same command, which resumes '
-        f'from the newest intact checkpoint ({intact[-1] if intact else "none yet"}). The earlier '
-        'checkpoints were not changed.')
+        f'Could not write {what} in {self.directory}: {cause} rerun the same command, which '
+        f'resumes from the newest intact checkpoint ({earlier[-1] if earlier else "none yet"}). '
+        'The earlier checkpoints were not changed.')
 
   def save(self, step: int, state: Any, accuracy: float | None = None,
            train_log: dict[str, Any] | None = None) -> None:
@@ -384,14 +412,15 @@ class Checkpointer:
       console(f'Resuming from checkpoint {found}, the newest intact one.', warning=True)
     return found, state
 
-  def _set_aside(self) -> None:
-    """Moves the corrupt step directories to workdir/checkpoints_corrupt/ (never deletes)."""
+  def _set_aside(self, reload: bool = True) -> None:
+    """Moves the corrupt step directories to workdir/checkpoints_corrupt/ (never deletes);
+    ``reload`` tells orbax's manager (not while it is being opened)."""
     if self.read_only:
       return
     if jax.process_index() == 0:
       target_dir = os.path.join(self.workdir, CORRUPT_DIR)
       storage.makedirs(target_dir)
-      for step in sorted(self.skipped):
+      for step in sorted(s for s in self.skipped if storage.exists(self.step_dir(s))):
         target, suffix = os.path.join(target_dir, str(step)), 1
         while storage.exists(target):
           target, suffix = os.path.join(target_dir, f'{step}.{suffix}'), suffix + 1
@@ -399,7 +428,8 @@ class Checkpointer:
         console(f'Moved the corrupt checkpoint {step} to {target}.', warning=True)
     if jax.process_count() > 1:
       multihost_utils.sync_global_devices('checkpoints_set_aside')
-    self.manager.reload()
+    if reload:
+      self.manager.reload()
 
 
 CONVERTED_PARAMS = 'params'  # converted Hugging Face checkpoints

@@ -149,7 +149,10 @@ def _mapped(target: np.ndarray, saved: np.ndarray, members: list[int], path: str
 
 def _newest_intact(source: str) -> tuple[int, Any]:
   """(step, parameters) of the source's newest checkpoint that reads; InitFromError if none."""
-  ckpt = checkpoints.Checkpointer(source, 1, read_only=True)
+  try:
+    ckpt = checkpoints.Checkpointer(source, 1, read_only=True)
+  except checkpoints.CheckpointError as e:
+    raise InitFromError(f'train.init_from={source!r} has no usable checkpoint: {e}') from None
   reasons = []
   try:
     for step in ckpt.ranked_steps('latest'):
