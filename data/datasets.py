@@ -136,7 +136,8 @@ def _source(data_config: ml_collections.ConfigDict, workdir: str | None, task: s
   if name == 'files' and task != 'classify':
     return files_lib.DocumentsSource(
         train_files=data_config.train_files, validation_files=data_config.validation_files,
-        test_files=data_config.test_files, text_column=data_config.text_column), None
+        test_files=data_config.test_files, text_column=data_config.text_column,
+        quoting=data_config.quoting), None
   if name in data.TFDS_CORPORA and task == 'classify':
     raise ValueError(f'data.name={name!r} is an unlabelled corpus: pre-train on it with '
                      'train.task=mlm or clm.')

@@ -235,7 +235,10 @@ def has_checkpoints(workdir: str) -> bool:
     return False
   # Only orbax knows which are complete: on object storage a step's folder exists while it is
   # written (a run killed during its first save has none to resume).
-  ckpt = checkpoints.Checkpointer(workdir, 1, read_only=True)
+  try:
+    ckpt = checkpoints.Checkpointer(workdir, 1, read_only=True)
+  except checkpoints.CheckpointError:  # corrupt steps, which the run's own start sets aside
+    return True
   try:
     return bool(ckpt.all_steps())
   finally:
@@ -334,6 +337,8 @@ def load_config(workdir: str) -> ml_collections.ConfigDict:
     raise ValueError(f'{path} is {kind} (it has no {", ".join(missing)} group), so the settings '
                      f'of the run in {workdir} are unknown. Restore the file from a backup, or '
                      'retrain; export_hf.py and convert_hf.py write into other folders.')
+  if saved['data'].get('name') == 'files':
+    saved['data'].setdefault('quoting', 'csv')  # how .tsv files were read before the field
   return ml_collections.ConfigDict(_with_defaults(saved, default.get_config().to_dict()))
 
 
