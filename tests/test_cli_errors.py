@@ -202,6 +202,38 @@ CASES = [
          workdir='trained'),
     Case('predict_input_without_the_text_column', PREDICT + ('--input={T}/no_text.csv',),
          "no column 'text'", workdir='trained'),
+    # ---------------------------------------------------------------- round three (issue 28)
+    *[Case(f'eval_override_misreads_weights_{field}', EVAL + (f'--override=rope.{field}={value}',),
+           f'rope.{field} cannot change at evaluation', workdir='trained')
+      for field, value in (('layout', 'half'), ('rotary_dim', '8'), ('rotary_value', 'true'))],
+    Case('eval_override_zero_eval_batch_size', EVAL + ('--override=train.eval_batch_size=0',),
+         'train.eval_batch_size must be > 0', workdir='trained'),
+    Case('eval_override_given_twice', EVAL + ('--override=rope.scaling=yarn',
+                                              '--override=rope.scaling=ntk'),
+         'gives rope.scaling twice', workdir='trained'),
+    Case('eval_workdir_holding_a_hf_config', EVAL, 'is a Hugging Face config',
+         workdir='trained_hf_config'),
+    Case('eval_output_over_a_run_file', EVAL + ('--output={W}/config.json',), 'is a file of',
+         workdir='trained'),
+    Case('export_into_the_run_workdir', ('scripts/export_hf.py', '--workdir={W}', '--out={W}'),
+         'is a file of', workdir='trained'),
+    Case('export_into_a_file', ('scripts/export_hf.py', '--workdir={W}', '--out={T}/train.csv'),
+         'is a file; name the folder', workdir='trained'),
+    Case('predict_output_is_the_input', ('predict.py', '--workdir={W}', '--input={T}/train.csv',
+                                         '--output={T}/train.csv'), 'is the input',
+         workdir='trained'),
+    Case('predict_output_is_a_folder', ('predict.py', '--workdir={W}', '--input={T}/train.csv',
+                                        '--output={T}'), 'is a folder', workdir='trained'),
+    Case('ablate_scheme_given_twice', ABLATE + ('--config.ablation.positions=rotary,rotary',),
+         'names rotary more than once'),
+    Case('learning_rate_given_twice', TRAIN + ('--config.optim.learning_rates=1e-3,0.001',),
+         'more than once'),
+    # 256 simulated devices share this machine's memory: a 1024-token test split cannot be
+    # evaluated, which is refused before training (was: after it, as 'the 0 GiB of a device').
+    Case('final_evaluation_beyond_memory', TRAIN + (
+        '--config.train.batch_size=0', '--config.train.per_device_batch_size=1',
+        '--config.train.eval_max_length=0'), 'Evaluating at 1024 tokens needs about',
+         env=(('XLA_FLAGS', '--xla_force_host_platform_device_count=256'),)),
 ]
 
 
@@ -270,6 +302,9 @@ def make_workdir(kind: str, workdir: str, trained: str) -> None:
       json.dump(fingerprint, f)
   elif kind == 'trained_eval_dir':  # eval.json cannot be written: a folder has its name
     os.makedirs(os.path.join(workdir, 'eval.json'))
+  elif kind == 'trained_hf_config':  # as export_hf.py --out=WORKDIR once left it
+    with open(os.path.join(workdir, 'config.json'), 'w') as f:
+      json.dump({'model_type': 'roformer', 'hidden_size': 64}, f)
   elif kind == 'trained_learned':
     path = os.path.join(workdir, 'config.json')
     with open(path) as f:
@@ -322,7 +357,7 @@ def test_bad_input_is_answered_clearly(case, tmp_path, tfds_dir, request):
   proc = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True,
                         env=env, timeout=300)
   elapsed = time.monotonic() - t0
-  program = 'train.py' if argv[0] == '-c' else argv[0]
+  program = 'train.py' if argv[0] == '-c' else os.path.basename(argv[0])
   assert proc.returncode == 2, (proc.returncode, proc.stderr[-3000:])
   assert 'Traceback' not in proc.stderr, proc.stderr[-3000:]
   errors = [line for line in proc.stderr.splitlines() if line.startswith(f'{program}: error: ')]
@@ -470,3 +505,115 @@ def test_predict_reads_every_format_and_keeps_the_order(trained_workdir, tmp_pat
   assert proc.returncode == 0, proc.stderr[-3000:]
   lines = (tmp_path / 'out' / 'p.jsonl').read_text().splitlines()
   assert [json.loads(line) for line in lines] == first
+
+
+# ------------------------------------------------------- round three (issue 28): stay correct
+RESUMED = ('train.py', '--config=configs/tiny.py', '--workdir={W}', '--config.data.data_dir={D}',
+           '--config.train.num_steps=12', '--config.optim.warmup_steps=2',
+           '--config.train.eval_every=6', '--config.train.checkpoint_every=6')  # log_every 5
+
+
+def test_resume_between_log_steps_is_bitwise(tmp_path, tfds_dir):
+  """The issue's repro: a run resumed from step 6 (log_every 5, so inside an averaging window)
+  writes the same metrics.jsonl, byte for byte, and ends in the same state as one that ran
+  through; the last line of a run gives its test result."""
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  a, b = str(tmp_path / 'a'), str(tmp_path / 'b')
+  first = run(RESUMED, W=a, D=tfds_dir)
+  assert first.returncode == 0, first.stderr[-3000:]
+  assert first.stdout.strip().splitlines()[-1].split(' ', 1)[1].startswith('Done: test accuracy')
+  shutil.copytree(a, b)
+  shutil.rmtree(os.path.join(b, 'checkpoints', '12'))
+  os.remove(os.path.join(b, 'summary.json'))
+  second = run(RESUMED, W=b, D=tfds_dir)
+  assert second.returncode == 0 and 'Resumed from step 6' in second.stdout, second.stderr[-3000:]
+  with open(os.path.join(a, 'metrics.jsonl'), 'rb') as fa, open(
+      os.path.join(b, 'metrics.jsonl'), 'rb') as fb:
+    assert fa.read() == fb.read()
+  spec = importlib.util.spec_from_file_location('soak', os.path.join(ROOT, 'scripts', 'soak.py'))
+  soak = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(soak)
+  assert soak.final_states_equal(a, b, 12)[0]
+
+
+def test_eval_scaling_defaults_to_the_training_length(trained_workdir, tmp_path):
+  """YaRN switched on at evaluation without rope.original_max_length takes the run's training
+  length (64), not the field's default (512); eval.json records it."""
+  workdir, _ = trained_workdir
+  out = str(tmp_path / 'eval.json')
+  proc = run(EVAL + ('--override=rope.scaling=yarn', '--override=rope.scaling_factor=2',
+                     '--output={O}'), W=workdir, O=out)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  with open(out) as f:
+    overrides = json.load(f)['overrides']
+  assert overrides == {'rope.scaling': 'yarn', 'rope.scaling_factor': 2.0,
+                       'rope.original_max_length': 64}
+
+
+def test_predict_never_writes_over_its_input(trained_workdir, tmp_path):
+  """--output naming the input itself, a symbolic link to it or a hard link to it is refused
+  before anything runs, and the input is unchanged."""
+  workdir, _ = trained_workdir
+  source = tmp_path / 'in.txt'
+  source.write_text('first text\nsecond text\n')
+  os.symlink(source, tmp_path / 'symlink.txt')
+  os.link(source, tmp_path / 'hardlink.txt')
+  for output in ('in.txt', 'symlink.txt', 'hardlink.txt'):
+    proc = run(('predict.py', '--workdir={W}', '--input={I}', '--output={O}'), W=workdir,
+               I=str(source), O=str(tmp_path / output))
+    assert proc.returncode == 2 and 'is the input' in proc.stderr, proc.stderr[-2000:]
+    assert source.read_text() == 'first text\nsecond text\n'
+
+
+def test_start_up_prints_only_the_error(tmp_path):
+  """No TensorFlow or absl start-up lines: a user error is the only line on stderr."""
+  for argv in (TRAIN + ('--config.model.position=rotray',), EVAL):
+    proc = run(argv, W=str(tmp_path / 'missing'), D=str(tmp_path / 'tfds'))
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert proc.stdout == ''
+
+
+@pytest.fixture(scope='module')
+def two_seed_source(tmp_path_factory, csv_file):
+  """A finished tiny run with two seeds, and its export as a Hugging Face directory."""
+  root = tmp_path_factory.mktemp('source')
+  config = tiny.get_config()
+  config.data.name, config.data.train_files = 'files', csv_file
+  config.train.num_steps = config.train.eval_every = config.train.checkpoint_every = 2
+  config.train.num_seeds = 2
+  trainer.train_and_evaluate(config, str(root / 'run'))
+  proc = run(('scripts/export_hf.py', '--workdir={W}', '--out={O}'), W=str(root / 'run'),
+             O=str(root / 'hf'))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  return str(root / 'run'), str(root / 'hf')
+
+
+def test_init_from_refusals_leave_a_new_workdir_empty(two_seed_source, tmp_path, csv_file):
+  """Refused fine-tuning starts: too few source members for the seeds (members would repeat),
+  a truncated model.safetensors, a source whose checkpoints are all corrupt. Each exits 2 with
+  one paragraph, before or during the setup, and the new workdir is left empty."""
+  run_dir, hf_dir = two_seed_source
+  broken_hf, broken_run = str(tmp_path / 'hf'), str(tmp_path / 'run')
+  shutil.copytree(hf_dir, broken_hf)
+  weights = os.path.join(broken_hf, 'model.safetensors')
+  os.truncate(weights, os.path.getsize(weights) // 2)
+  shutil.copytree(run_dir, broken_run)
+  for root, _, names in os.walk(os.path.join(broken_run, 'checkpoints')):
+    for name in names:
+      if name not in ('_SHA256_MANIFEST.json', 'commit_success.txt', '_CHECKPOINT_METADATA'):
+        with open(os.path.join(root, name), 'r+b') as f:
+          f.write(b'garbled')
+  base = ('train.py', '--config=configs/tiny.py', '--workdir={W}', '--config.data.name=files',
+          f'--config.data.train_files={csv_file}', '--config.train.num_steps=2',
+          '--config.train.init_from={S}')
+  for i, (source, extra, phrase) in enumerate((
+      (run_dir, ('--config.train.num_seeds=3',), 'too few for train.num_seeds=3'),
+      (broken_hf, ('--config.model.type_vocab_size=1',), 'is truncated or damaged'),
+      (broken_run, (), 'has no usable checkpoint'))):
+    workdir = tmp_path / f'new{i}'
+    workdir.mkdir()
+    proc = run(base + extra, W=str(workdir), S=source)
+    assert proc.returncode == 2 and 'Traceback' not in proc.stderr, proc.stderr[-3000:]
+    assert phrase in proc.stderr.strip().splitlines()[-1], proc.stderr[-2000:]
+    assert os.listdir(workdir) == [], os.listdir(workdir)
