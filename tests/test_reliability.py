@@ -235,10 +235,10 @@ def test_disk_full_while_saving(files_config, tmp_path, monkeypatch, no_network)
   limits = resource.getrlimit(resource.RLIMIT_FSIZE)
   previous_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 
-  def save(self, step, state, accuracy=None):
+  def save(self, step, state, accuracy=None, train_log=None):
     if step == 20:
       resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, limits[1]))
-    return real_save(self, step, state, accuracy)
+    return real_save(self, step, state, accuracy, train_log)
 
   monkeypatch.setattr(checkpoints.Checkpointer, 'save', save)
   try:

@@ -192,6 +192,7 @@ class Checkpointer:
     self.directory = os.path.join(self.workdir, CHECKPOINT_DIR)
     self.read_only = read_only
     self.skipped: dict[int, str] = {}  # corrupt steps found (and, unless read_only, moved away)
+    self.restored_train_log: dict[str, Any] | None = None  # saved with the last restore's step
     self._unverified: list[int] = []  # saved, manifest not written yet
     self._save_error: Exception | None = None
     best = policies.BestN(get_metric_fn=lambda m: m['accuracy'], n=1,
@@ -214,6 +215,12 @@ class Checkpointer:
                  if (reason := verify(self.step_dir(int(n)), full=False))}
       if not corrupt:
         raise
+      if len(corrupt) == sum(n.isdigit() for n in names):  # as restore_first_intact: none moved
+        raise NoIntactCheckpointError(
+            f'No intact checkpoint in {self.directory} ('
+            + '; '.join(f'step {s}: {r}' for s, r in sorted(corrupt.items()))
+            + '). Nothing was changed. Restore the checkpoints from a backup, or move '
+            f'{self.directory} away (or use a new --workdir) to train from scratch.') from None
       if self.read_only:
         raise CheckpointError(
             f'The checkpoints in {self.directory} cannot be opened: '
@@ -251,8 +258,9 @@ class Checkpointer:
     what = f'the checkpoint of step {step}' if step is not None else 'a checkpoint'
     earlier = [s for s in self.all_steps() if s != step]
     if storage.is_remote(self.directory):
-      # Not asked again: each request to storage that failed would wait out its retries (the
+      # Not asked again, nor on the way out: each request would wait out its retries (the
       # resumed run checks the checkpoints against their manifests).
+      storage.mark_unreachable(e)
       cause = f'{storage.request_failed(self.directory, e)}, then'
     else:
       earlier = [s for s in earlier if not verify(self.step_dir(s), full=False)]
@@ -335,6 +343,7 @@ class Checkpointer:
       raise CorruptCheckpointError(step, reason, self.directory)
     self.check_compatible(step, abstract_state)
     restored = self._read(step, abstract_state)
+    self.restored_train_log = restored[TRAIN_LOG_ITEM] if TRAIN_LOG_ITEM in restored else None
     if not storage.exists(os.path.join(self.step_dir(step), MANIFEST_FILE)):
       # Nothing to check the bytes against (killed right after the save): orbax read them, and
       # garbled floats show as NaN/Inf; from now on the manifest checks them.
@@ -345,18 +354,6 @@ class Checkpointer:
       if not self.read_only and jax.process_index() == 0:
         write_manifest(self.step_dir(step))
     return restored[STATE_ITEM]
-
-  def restore_train_log(self, step: int) -> dict[str, Any] | None:
-    """The ``train_log`` saved with ``step`` (None for checkpoints written before it was)."""
-    if not storage.is_dir(os.path.join(self.step_dir(step), TRAIN_LOG_ITEM)):
-      return None
-    try:
-      with _silenced():
-        return self.manager.restore(step, args=ocp.args.Composite(
-            **{TRAIN_LOG_ITEM: ocp.args.JsonRestore()}))[TRAIN_LOG_ITEM]
-    except Exception as e:  # pylint: disable=broad-except
-      raise CorruptCheckpointError(step, f'its {TRAIN_LOG_ITEM} is unreadable ({type(e).__name__})',
-                                   self.directory) from e
 
   def restore_raw(self, step: int) -> Any:
     """The saved state as NumPy arrays on this host, whatever model wrote it (another run's
@@ -371,11 +368,15 @@ class Checkpointer:
     return jax.tree.map(np.asarray, self._read(step, target)[STATE_ITEM])
 
   def _read(self, step: int, target: Any) -> Any:
-    """orbax's restore of ``step`` onto ``target``; a failed read is CorruptCheckpointError."""
+    """orbax's restore of ``step`` onto ``target``, with its ``train_log`` where it has one (one
+    read: a step whose window is unreadable is as corrupt as one whose arrays are); a failed
+    read is CorruptCheckpointError."""
+    items = {STATE_ITEM: ocp.args.StandardRestore(target)}
+    if storage.is_dir(os.path.join(self.step_dir(step), TRAIN_LOG_ITEM)):
+      items[TRAIN_LOG_ITEM] = ocp.args.JsonRestore()
     try:
       with _FailedReadEchoes.watch(), _silenced():
-        return self.manager.restore(
-            step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target)))
+        return self.manager.restore(step, args=ocp.args.Composite(**items))
     except Exception as e:  # pylint: disable=broad-except
       raise CorruptCheckpointError(step, f'orbax cannot read it ({type(e).__name__}: '
                                    f'{" ".join(str(e).split())[:300]})', self.directory) from e
@@ -417,6 +418,8 @@ class Checkpointer:
     ``reload`` tells orbax's manager (not while it is being opened)."""
     if self.read_only:
       return
+    if jax.process_count() > 1:  # every process has looked before any step moves
+      multihost_utils.sync_global_devices('checkpoints_checked')
     if jax.process_index() == 0:
       target_dir = os.path.join(self.workdir, CORRUPT_DIR)
       storage.makedirs(target_dir)

@@ -76,7 +76,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   if start_from_source:
     init_from.check_source(config)
   workdir = storage.canonical(workdir)
-  new = not storage.exists(workdir) or not storage.listdir(workdir)
+  new = _is_new(workdir)
   storage.makedirs(workdir)
   with workdir_lib.lock(workdir, jax.process_index()) as held, contextlib.ExitStack() as stack:
     # Before the setup: a SIGTERM while the data is prepared or the step compiles is honoured
@@ -88,21 +88,26 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
       run, state = _setup(config, workdir, mesh, stack, held)
     except BaseException:
       if new:  # refused at its setup: the new workdir is left as it was found
-        stack.callback(_empty, workdir)  # once the checkpointer and writers are closed
+        stack.close()  # the checkpointer and writers first: closing them may still write
+        _empty(workdir)
       raise
     state, last_eval = _train(run, state, watcher)
     return _summarize(run, state, last_eval)
 
 
+def _is_new(workdir: str) -> bool:
+  """Whether the workdir holds nothing yet (a lock file left by a refused start aside)."""
+  return not storage.exists(workdir) or all(
+      name.startswith(workdir_lib.LOCK_FILE) for name in storage.listdir(workdir))
+
+
 def _empty(workdir: str) -> None:
-  """Removes what a refused start wrote into its new workdir. A local lock file goes too (still
-  held: a start waiting on it fails as busy, one after it makes a new one); a gs:// lease is
-  deleted by its release."""
+  """Removes what a refused start wrote into its new workdir, but the lock it still holds (a
+  workdir holding only that counts as new)."""
   if jax.process_index() == 0:
     for entry in storage.path(workdir).iterdir():
-      if storage.is_remote(workdir) and entry.name.startswith(workdir_lib.LOCK_FILE):
-        continue
-      entry.rmtree() if entry.is_dir() else entry.unlink()
+      if not entry.name.startswith(workdir_lib.LOCK_FILE):
+        entry.rmtree() if entry.is_dir() else entry.unlink()
 
 
 def _setup(config: ml_collections.ConfigDict, workdir: str, mesh: jax.sharding.Mesh,
@@ -140,7 +145,7 @@ def _setup(config: ml_collections.ConfigDict, workdir: str, mesh: jax.sharding.M
   stack.callback(writer.close)
   profiler = metrics_lib.Profiler(config.train.profile_steps, workdir)
   stack.callback(profiler.close)
-  train_log = ckpt.restore_train_log(start) if start else None
+  train_log = ckpt.restored_train_log if start else None
   return _Run(config, workdir, exp, ckpt, writer, profiler, held, start, train_log), state
 
 
