@@ -38,7 +38,7 @@ def main(argv):
   lengths = evaluation.parse_lengths(FLAGS.eval_lengths)  # before anything is loaded
   overrides = evaluation.parse_overrides(FLAGS.override)
   if FLAGS.output:
-    outputs.check([FLAGS.output], '--output', folder=FLAGS.workdir, own=(evaluation.EVAL_FILE,))
+    outputs.check([FLAGS.output], '--output', workdir=FLAGS.workdir, own=(evaluation.EVAL_FILE,))
   distributed.initialize_from_flags()
   if not FLAGS['verbosity'].present:
     logging.set_verbosity(logging.WARNING)  # library INFO logs (TFDS, orbax) off

@@ -30,7 +30,7 @@ def main(argv):
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   if FLAGS.batch_size <= 0:
     raise ValueError(f'--batch_size={FLAGS.batch_size} must be > 0.')
-  outputs.check([FLAGS.output], '--output', inputs=[FLAGS.input], folder=FLAGS.workdir)
+  outputs.check([FLAGS.output], '--output', inputs=[FLAGS.input], workdir=FLAGS.workdir)
   if not FLAGS['verbosity'].present:
     logging.set_verbosity(logging.WARNING)
   count = prediction.write_predictions(

@@ -52,7 +52,7 @@ def export(workdir: str, out: str, checkpoint: str = 'best') -> str:
   workdir = validation.check_workdir(workdir)
   if storage.is_file(out):
     raise ValueError(f'--out: {out} is a file; name the folder to write the checkpoint into.')
-  outputs.check([os.path.join(out, name) for name in EXPORTED_FILES], '--out', folder=workdir)
+  outputs.check([os.path.join(out, name) for name in EXPORTED_FILES], '--out', workdir=workdir)
   config, info, cfg = prediction.describe(workdir)
   hf.check_exportable(cfg)  # before anything is read
   tokenizer = datasets.load_tokenizer(config.data, workdir)

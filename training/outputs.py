@@ -1,9 +1,10 @@
 """Where a command may write: never over one of its inputs, nor over a run's own files.
 
-``check(paths, flag, inputs=..., folder=...)`` runs before any work is done: each output path
-must not be an input file (the same file by name, through a symbolic link, or a hard link), nor a
-file of the input folder (a run's workdir, its checkpoints included) other than ``own`` (names
-the command itself writes there, such as eval.json), nor an existing folder.
+``check(paths, flag, inputs=..., workdir=..., folder=...)`` runs before any work is done: each
+output path must not be an input file (the same file by name, through a symbolic link, or a hard
+link), nor one of the files a run keeps in its workdir (``RUN_FILES`` and everything under
+``RUN_FOLDERS``) other than ``own`` (what the command itself writes there, such as eval.json), nor
+a file of an input ``folder`` (a checkpoint being converted), nor an existing folder.
 """
 
 from __future__ import annotations
@@ -11,18 +12,36 @@ from __future__ import annotations
 import os
 from typing import Iterable
 
+from data import datasets
+from data import files
 from data import storage
+from data import tokenizers
 from training import checkpoints
+from training import evaluation
+from training import metrics
+from training import trainer
+from training import validation
+from training import workdir as workdir_lib
+
+RUN_FILES = (validation.CONFIG_FILE, validation.DATA_FILE, trainer.SUMMARY_FILE,
+             metrics.METRICS_FILE, datasets.INFO_FILE, files.CLASSES_FILE, evaluation.EVAL_FILE,
+             workdir_lib.LOCK_FILE, tokenizers.SP_MODEL_FILE, tokenizers.SP_META_FILE,
+             tokenizers.HF_TOKENIZER_FILE, tokenizers.TRAINED_META_FILE)
+RUN_FOLDERS = (checkpoints.CHECKPOINT_DIR, checkpoints.CORRUPT_DIR, 'tb', 'profile', 'wandb')
+
+
+def _local(path: str) -> str:
+  return os.path.realpath(storage.canonical(path))
 
 
 def _same(a: str, b: str) -> bool:
   """Whether two paths name one file (local: by resolved path, or inode for hard links)."""
   if storage.is_remote(a) or storage.is_remote(b):
     return storage.canonical(a) == storage.canonical(b)
-  if os.path.realpath(a) == os.path.realpath(b):
+  if _local(a) == _local(b):
     return True
   try:
-    return os.path.samefile(a, b)
+    return os.path.samefile(storage.canonical(a), storage.canonical(b))
   except OSError:  # one of them does not exist yet
     return False
 
@@ -30,26 +49,27 @@ def _same(a: str, b: str) -> bool:
 def _inside(path: str, folder: str) -> bool:
   if storage.is_remote(path) or storage.is_remote(folder):
     return storage.canonical(path).startswith(storage.canonical(folder) + '/')
-  folder = os.path.realpath(folder)
-  return os.path.realpath(path).startswith(folder + os.sep)
+  return _local(path).startswith(_local(folder) + os.sep)
 
 
-def _folder_files(folder: str, own: Iterable[str]) -> list[str]:
-  """The files of an input folder (a run's workdir, a checkpoint) a command must leave alone:
-  its top-level files but ``own``."""
-  if not storage.is_dir(folder):
-    return []
-  return [os.path.join(folder, name) for name in storage.listdir(folder)
-          if name not in own and storage.is_file(os.path.join(folder, name))]
+def _protected(inputs: Iterable[str], workdir: str | None, folder: str | None,
+               own: Iterable[str]) -> list[tuple[str, str]]:
+  """(path, what it is) of every file a command must not write over."""
+  out = [(p, 'the input') for p in inputs]
+  if workdir:
+    out += [(os.path.join(workdir, name), f'a file of the run in {workdir}')
+            for name in RUN_FILES if name not in own]
+  if folder and storage.is_dir(folder):
+    out += [(os.path.join(folder, name), f'a file of {folder}') for name in storage.listdir(folder)
+            if storage.is_file(os.path.join(folder, name))]
+  return out
 
 
 def check(paths: Iterable[str], flag: str, *, inputs: Iterable[str] = (),
-          folder: str | None = None, own: Iterable[str] = ()) -> None:
-  """ValueError naming ``flag`` if writing any of ``paths`` would replace an input or a file of
-  ``folder`` (the run's workdir, or an input checkpoint), or if one is an existing folder."""
-  protected = [(p, 'the input') for p in inputs]
-  if folder:
-    protected += [(p, f'a file of {folder}') for p in _folder_files(folder, own)]
+          workdir: str | None = None, folder: str | None = None, own: Iterable[str] = ()) -> None:
+  """ValueError naming ``flag`` if writing any of ``paths`` would replace an input, a run's file
+  or a file of ``folder``, or if one is an existing folder; nothing is written either way."""
+  protected = _protected(inputs, workdir, folder, own)
   for path in paths:
     if storage.is_dir(path):
       raise ValueError(f'{flag}: {path} is a folder; name a file to write (nothing was written).')
@@ -58,6 +78,7 @@ def check(paths: Iterable[str], flag: str, *, inputs: Iterable[str] = (),
         named = '' if storage.canonical(path) == storage.canonical(other) else f' ({other})'
         raise ValueError(f'{flag}: {path} is {what}{named}, which writing there would replace: '
                          'choose another path (nothing was written).')
-    if folder and _inside(path, os.path.join(folder, checkpoints.CHECKPOINT_DIR)):
-      raise ValueError(f'{flag}: {path} is inside the checkpoints of {folder}: choose another '
-                       'path (nothing was written).')
+    for name in RUN_FOLDERS if workdir else ():
+      if _inside(path, os.path.join(workdir, name)):
+        raise ValueError(f'{flag}: {path} is inside {name}/ of the run in {workdir}: choose '
+                         'another path (nothing was written).')
