@@ -19,10 +19,12 @@ def parse(text: object, field: str, kind: Callable[[str], T] = str, *,
     values = [kind(x) for x in items]
   except (TypeError, ValueError):
     name = getattr(kind, '__name__', 'value')
-    raise ValueError(f'{field}={text!r} must be comma-separated {name} values, e.g. '
-                     f'{example} (or empty).') from None
-  repeated = sorted({items[i] for i, v in enumerate(values) if values.index(v) != i})
+    raise ValueError(f'{field}={text!r} is malformed: give comma-separated {name} values, '
+                     f'e.g. {example} (or empty).') from None
+  repeated = {values.index(v): i for i, v in enumerate(values) if values.index(v) != i}
   if repeated:
-    raise ValueError(f'{field}={text!r} names {", ".join(repeated)} more than once; give each '
-                     'entry once.')
+    names = ', '.join(items[first] if items[first] == items[again] else
+                      f'{items[first]} and {items[again]} (the same value)'
+                      for first, again in sorted(repeated.items()))
+    raise ValueError(f'{field}={text!r} names {names} more than once; give each entry once.')
   return values

@@ -116,8 +116,8 @@ def load_state_dict(path: str) -> dict[str, np.ndarray]:
         raise
       except Exception as e:  # pylint: disable=broad-except  (each format's reader its own)
         raise ValueError(f'{weights} cannot be read ({type(e).__name__}: '
-                         f'{" ".join(str(e).split())[:200]}): the file is truncated or damaged. '
-                         'Download or save the checkpoint again.') from e
+                         f'{" ".join(str(e).split())[:200]}): the file is truncated, damaged or '
+                         'not what its name says. Download or save the checkpoint again.') from e
   raise ValueError(f'Unknown weights format {weights!r}: expected .safetensors, .bin, .pt or '
                    '.msgpack.')
 

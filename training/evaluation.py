@@ -53,8 +53,9 @@ def parse_overrides(items: Sequence[str]) -> dict[str, str]:
       raise ValueError(f'--override gives {key} twice ({overrides[key]!r} and {value.strip()!r}): '
                        'give each field once.')
     if key not in EVAL_OVERRIDES:
-      why = ('decides how the trained query/key (or value) weights are read, so a model '
-             'evaluated with another value is misread' if key.startswith('rope.') else
+      why = ('is part of how the trained query/key (or value) weights are read, so a model '
+             'evaluated with another value is misread (to stretch the trained frequencies, use '
+             'rope.scaling, e.g. ntk)' if key.startswith('rope.') else
              'would change the parameters or what was trained')
       raise ValueError(f'--override={item!r}: {key} cannot change at evaluation: it {why}. An '
                        f'evaluation may override {", ".join(EVAL_OVERRIDES)}; retrain (or '
@@ -94,8 +95,9 @@ def apply_overrides(config: ml_collections.ConfigDict, overrides: dict[str, str]
   if scaling_on and 'rope.original_max_length' not in typed:
     typed['rope.original_max_length'] = config.data.max_length
   config.update_from_flattened_dict(typed)
-  validation.check_run_fields(config)
-  validation.check_model(config)
+  if typed:  # the run's own config passed when it trained
+    validation.check_run_fields(config)
+    validation.check_model(config)
   return typed
 
 

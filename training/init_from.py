@@ -157,13 +157,17 @@ def _newest_intact(source: str) -> tuple[int, Any]:
   try:
     for step in ckpt.ranked_steps('latest'):
       try:
-        return step, ckpt.restore_raw(step)['params']
+        params = ckpt.restore_raw(step)['params']
+        if reasons:
+          console(f'train.init_from={source!r}: {"; ".join(reasons)}; starting from its step '
+                  f'{step}, the newest intact one.', warning=True)
+        return step, params
       except checkpoints.CorruptCheckpointError as e:
-        reasons.append(f'step {step}: {e.reason}')
+        reasons.append(f'step {step} is corrupt ({e.reason})')
   finally:
     ckpt.close()
   raise InitFromError(f'train.init_from={source!r} has no ' + (
-      f'intact checkpoint ({"; ".join(reasons)}): restore it from a backup, or start from '
+      f'usable checkpoint ({"; ".join(reasons)}): restore it from a backup, or start from '
       'another run.' if reasons else 'checkpoint yet: let it train first.'))
 
 
