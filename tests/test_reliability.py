@@ -155,6 +155,46 @@ def test_garbled_checkpoint_metrics_are_set_aside(files_config, tmp_path, two_ch
     assert f.read() == metrics_text
 
 
+def test_garbled_metrics_in_every_checkpoint_move_nothing(files_config, tmp_path,
+                                                           two_checkpoints):
+  """With every step's metrics garbled there is no intact checkpoint: the start stops and moves
+  nothing (it must not set them all aside and train again from step 0)."""
+  original, _, _ = two_checkpoints
+  workdir = str(tmp_path / 'run')
+  shutil.copytree(original, workdir)
+  for step in ('10', '20'):
+    with open(os.path.join(workdir, 'checkpoints', step, 'metrics', 'metrics'), 'r+b') as f:
+      f.write(b'\x00garbled')
+  with pytest.raises(checkpoints.NoIntactCheckpointError, match='Nothing was changed'):
+    trainer.train_and_evaluate(files_config(), workdir)
+  assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['10', '20']
+  assert not os.path.exists(os.path.join(workdir, checkpoints.CORRUPT_DIR))
+
+
+def test_outputs_protect_inputs_and_run_files_only(tmp_path, monkeypatch):
+  """training/outputs.check: the input (by name, link or ~), the run's own files and folders and
+  existing folders are refused; a user's own new file in the workdir may be written, twice."""
+  from training import outputs  # pylint: disable=g-import-not-at-top
+  monkeypatch.setenv('HOME', str(tmp_path))
+  run_dir, source = tmp_path / 'run', tmp_path / 'in.txt'
+  (run_dir / 'checkpoints').mkdir(parents=True)
+  (run_dir / 'config.json').write_text('{}')
+  source.write_text('text\n')
+  os.symlink(source, tmp_path / 'link.txt')
+  for bad, phrase in ((str(source), 'is the input'), ('~/in.txt', 'is the input'),
+                      (str(tmp_path / 'link.txt'), 'is the input'),
+                      (str(run_dir / 'config.json'), 'a file of the run'),
+                      (str(run_dir / 'summary.json'), 'a file of the run'),
+                      (str(run_dir / 'checkpoints' / 'x'), 'inside checkpoints/'),
+                      (str(run_dir), 'is a folder')):
+    with pytest.raises(ValueError, match=phrase):
+      outputs.check([bad], '--output', inputs=[str(source)], workdir=str(run_dir))
+  mine = run_dir / 'predictions.jsonl'
+  for _ in range(2):
+    outputs.check([str(mine)], '--output', inputs=[str(source)], workdir=str(run_dir))
+    mine.write_text('{}\n')
+
+
 def test_garbled_partial_and_unmanifested_checkpoints(files_config, tmp_path, two_checkpoints):
   original, final_state, _ = two_checkpoints
   config = files_config()
