@@ -4,7 +4,8 @@
 
 ``gs://`` goes through fsspec/gcsfs, not TensorFlow's ``tf.io.gfile``: TF is here only for TFDS,
 and gcsfs (like tensorstore, which writes orbax's arrays) can be pointed at a GCS emulator
-(``STORAGE_EMULATOR_HOST``), so the tests exercise the code that runs on a pod.
+(``STORAGE_EMULATOR_HOST``, the only variable an emulator needs: the others are derived from it),
+so the tests exercise the code that runs on a pod.
 """
 
 from __future__ import annotations
@@ -20,7 +21,32 @@ from typing import Any, Iterator
 # Read by etils on every gs:// call; a user's explicit setting wins.
 os.environ.setdefault('EPATH_USE_TF', 'false')
 
-from etils import epath  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+def _emulator() -> str:
+  """The URL of the GCS emulator named by STORAGE_EMULATOR_HOST (read as gcsfs reads it), or ''."""
+  host = os.environ.get('STORAGE_EMULATOR_HOST', '')
+  if host in ('', 'default'):
+    return ''
+  return host if host.startswith(('http://', 'https://')) else f'http://{host}'
+
+
+EMULATOR = _emulator()
+if EMULATOR:
+  # Set before gcsfs is imported (at the first gs:// call); a user's explicit setting wins. gcsfs
+  # would ask Google's storage-control API for each bucket's type (60 s timeouts); tensorstore
+  # ignores STORAGE_EMULATOR_HOST, and without a token it looks for credentials (the GCE
+  # metadata server) that an emulator does not check.
+  os.environ.setdefault('GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT', 'false')
+  os.environ.setdefault('TENSORSTORE_GCS_HTTP_URL', EMULATOR)
+  os.environ.setdefault('GOOGLE_AUTH_TOKEN_FOR_TESTING', 'emulator')
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
+from etils import epath
+import fsspec
+# pylint: enable=g-import-not-at-top,wrong-import-position
+
+if EMULATOR:  # no credentials to look for (FSSPEC_GS_TOKEN, read when fsspec is imported, wins)
+  fsspec.config.conf.setdefault('gs', {}).setdefault('token', 'anon')
 
 REMOTE_PREFIXES = ('gs://',)
 
