@@ -6,17 +6,22 @@
 and gcsfs (like tensorstore, which writes orbax's arrays) can be pointed at a GCS emulator
 (``STORAGE_EMULATOR_HOST``, the only variable an emulator needs: the others are derived from it),
 so the tests exercise the code that runs on a pod.
+
+A bucket is checked once per process, at its first use: a missing one is named with the fix. A
+request that fails once the client's retries are spent is raised as ``ObjectStorageError``, whose
+message names the URL and the fix.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
 import os
 import shutil
 import tempfile
-from typing import Any, Iterator
+from typing import Any, Callable, TypeVar
 
 # Read by etils on every gs:// call; a user's explicit setting wins.
 os.environ.setdefault('EPATH_USE_TF', 'false')
@@ -51,6 +56,11 @@ if EMULATOR:  # no credentials to look for (FSSPEC_GS_TOKEN, read when fsspec is
 REMOTE_PREFIXES = ('gs://',)
 
 
+class ObjectStorageError(OSError):
+  """A request to object storage failed (unreachable, refused, a missing bucket) once the
+  client's retries were spent; the message names the URL and the fix."""
+
+
 def is_remote(path: str | os.PathLike) -> bool:
   """Whether ``path`` is on object storage (``gs://``)."""
   return str(path).startswith(REMOTE_PREFIXES)
@@ -64,43 +74,132 @@ def canonical(path: str | os.PathLike) -> str:
   return os.path.abspath(os.path.expanduser(path))
 
 
+def bucket(url: str | os.PathLike) -> str:
+  """The bucket of a ``gs://`` URL."""
+  return os.fspath(url).split('://', 1)[1].split('/', 1)[0]
+
+
+def request_failed(url: str, e: BaseException) -> str:
+  """The sentence for a request to object storage (for ``url``) that failed with ``e``."""
+  if isinstance(e, ObjectStorageError) and e.__cause__ is not None:
+    e = e.__cause__  # the client's error, not our sentence about it
+  where = (f'Check that the emulator at {EMULATOR} (STORAGE_EMULATOR_HOST) is running' if EMULATOR
+           else f'Check the network, and that these credentials may read and write gs://'
+           f'{bucket(url)} (gcloud storage ls gs://{bucket(url)})')
+  return (f'Object storage could not be reached, or refused the request, for {url}: '
+          f'{type(e).__name__}: {" ".join(str(e).split())[:300]}. {where}')
+
+
+def _missing_bucket(name: str) -> str:
+  if EMULATOR:
+    return (f'The bucket gs://{name} does not exist on the emulator at {EMULATOR} '
+            f'(STORAGE_EMULATOR_HOST). Create it there (a POST of {{"name": "{name}"}} to '
+            f'{EMULATOR}/storage/v1/b; on Google Cloud: gcloud storage buckets create '
+            f'gs://{name}), or check the bucket name in the path, then rerun the same command.')
+  return (f'The bucket gs://{name} does not exist, or is not accessible with these credentials. '
+          f'Create it (gcloud storage buckets create gs://{name}), or check the bucket name in '
+          'the path and the credentials (gcloud auth application-default login, or '
+          'GOOGLE_APPLICATION_CREDENTIALS), then rerun the same command.')
+
+
+@functools.cache
+def _check_bucket(name: str) -> None:
+  """Once per bucket (and process), before its first use: a missing bucket is named with the
+  fix, rather than surfacing as a missing file (an HTTP URL) at the first write."""
+  try:
+    fsspec.filesystem('gs').ls(name, max_results=1, refresh=True)
+  except FileNotFoundError:
+    raise ObjectStorageError(_missing_bucket(name)) from None
+  except Exception as e:  # pylint: disable=broad-except
+    _raise_named(e, f'gs://{name}')
+
+
 def path(name: str | os.PathLike) -> epath.Path:
-  """The epath of a local path or a ``gs://`` URL (``canonical``)."""
-  return epath.Path(canonical(name))
+  """The epath of a local path or a ``gs://`` URL (``canonical``); a bucket is checked at its
+  first use (ObjectStorageError if it is missing or unreachable)."""
+  name = canonical(name)
+  if is_remote(name):
+    _check_bucket(bucket(name))
+  return epath.Path(name)
 
 
+def _raise_named(e: Exception, url: str) -> None:
+  """Raises a client's error on ``url`` as ObjectStorageError (gcsfs's own name an HTTP
+  endpoint, or nothing); anything else, FileNotFoundError included (callers test for it), as it
+  is."""
+  # pylint: disable=g-import-not-at-top  (gcsfs is loaded by then: it made the request)
+  from gcsfs.retry import HttpError
+  from google.auth.exceptions import GoogleAuthError
+  # pylint: enable=g-import-not-at-top
+  if isinstance(e, (FileNotFoundError, ObjectStorageError)) or not isinstance(
+      e, (OSError, HttpError, GoogleAuthError)):
+    raise e
+  raise ObjectStorageError(f'{request_failed(url, e)}, then rerun the same command.') from e
+
+
+_F = TypeVar('_F', bound=Callable[..., Any])
+
+
+def _named_on_failure(paths: int = 1) -> Callable[[_F], _F]:
+  """A function's client errors on the first gs:// URL among its ``paths`` leading arguments,
+  as ObjectStorageError."""
+
+  def decorate(func: _F) -> _F:
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+      try:
+        return func(*args, **kwargs)
+      except Exception as e:  # pylint: disable=broad-except
+        url = next((a for a in args[:paths] if is_remote(a)), None)
+        if url is None:
+          raise
+        _raise_named(e, canonical(url))
+
+    return wrapper  # type: ignore[return-value]
+
+  return decorate
+
+
+@_named_on_failure()
 def exists(name: str | os.PathLike) -> bool:
   return path(name).exists()
 
 
+@_named_on_failure()
 def is_dir(name: str | os.PathLike) -> bool:
   return path(name).is_dir()
 
 
+@_named_on_failure()
 def is_file(name: str | os.PathLike) -> bool:
   p = path(name)
   return p.exists() and not p.is_dir()
 
 
+@_named_on_failure()
 def makedirs(name: str | os.PathLike) -> None:
   """Creates a directory and its parents (on object storage: nothing to create)."""
   path(name).mkdir(parents=True, exist_ok=True)
 
 
+@_named_on_failure()
 def listdir(name: str | os.PathLike) -> list[str]:
   """The names in a directory ([] if it does not exist)."""
   p = path(name)
   return sorted(child.name for child in p.iterdir()) if p.is_dir() else []
 
 
+@_named_on_failure()
 def size(name: str | os.PathLike) -> int:
   return path(name).stat().length
 
 
+@_named_on_failure()
 def read_bytes(name: str | os.PathLike) -> bytes:
   return path(name).read_bytes()
 
 
+@_named_on_failure()
 def read_text(name: str | os.PathLike) -> str:
   return path(name).read_text()
 
@@ -109,32 +208,34 @@ def read_json(name: str | os.PathLike) -> Any:
   return json.loads(read_text(name))
 
 
-def files_under(name: str | os.PathLike) -> Iterator[str]:
+@_named_on_failure()
+def files_under(name: str | os.PathLike) -> list[str]:
   """Paths (relative to ``name``) of every file below a directory."""
   root = path(name)
   # Walking gs:// yields 'bucket/dir' strings, without the scheme.
   strip = lambda p: os.fspath(p).split('://', 1)[-1].rstrip('/')
-  for directory, _, files in root.walk():
-    relative = os.path.relpath(strip(directory), strip(root))
-    for file in files:
-      yield os.path.normpath(os.path.join(relative, file))
+  return [os.path.normpath(os.path.join(os.path.relpath(strip(directory), strip(root)), file))
+          for directory, _, files in root.walk() for file in files]
 
 
+@_named_on_failure(paths=2)
 def move(source: str | os.PathLike, target: str | os.PathLike) -> None:
   """Moves a file or a directory tree (on object storage: copies, then deletes the source)."""
   if not is_remote(source) and not is_remote(target):
     os.rename(canonical(source), canonical(target))
     return
   src, dst = path(source), path(target)
-  for rel in list(files_under(src)) if src.is_dir() else ['']:
+  for rel in files_under(src) if src.is_dir() else ['']:
     (src / rel if rel else src).copy(dst / rel if rel else dst, overwrite=True)
   src.rmtree() if src.is_dir() else src.unlink()
 
 
+@_named_on_failure(paths=2)
 def copy_file(source: str | os.PathLike, target: str | os.PathLike) -> None:
   path(source).copy(path(target), overwrite=True)
 
 
+@_named_on_failure()
 def write_atomically(name: str | os.PathLike, content: bytes | str) -> None:
   """Writes ``content`` so that a reader (or a run killed at any moment) sees the old file or the
   new one, never a mix; hosts writing the same content concurrently do not corrupt it.
@@ -165,6 +266,7 @@ def write_json(name: str | os.PathLike, obj: Any) -> None:
   write_atomically(name, json.dumps(obj, indent=2, sort_keys=True) + '\n')
 
 
+@_named_on_failure()
 def sha256(name: str | os.PathLike) -> str:
   """The SHA-256 of a file's content, hex."""
   with path(name).open('rb') as f:

@@ -3,8 +3,9 @@
 A user error ends the program with status 2 and one paragraph, ``<program>: error: <message>``,
 without a traceback (``--verbosity=1`` prints it too): anything raised while the flags and the
 config file are parsed, and ``USER_ERRORS`` raised by ``main`` (bad input, a missing file, a full
-disk, a busy workdir, an unusable checkpoint, a NaN loss), whose messages name the problem and
-the fix. Anything else is a bug and keeps its traceback. A preempted run (SIGTERM) exits 0.
+disk, unreachable object storage, a busy workdir, an unusable checkpoint, a NaN loss), whose
+messages name the problem and the fix. Anything else is a bug and keeps its traceback. A
+preempted run (SIGTERM) exits 0.
 """
 
 from __future__ import annotations

