@@ -8,8 +8,8 @@ and gcsfs (like tensorstore, which writes orbax's arrays) can be pointed at a GC
 so the tests exercise the code that runs on a pod.
 
 A bucket is checked once per process, at its first use: a missing one is named with the fix. A
-request that fails once the client's retries are spent is raised as ``ObjectStorageError``, whose
-message names the URL and the fix.
+request that fails once the client's retries are spent (about 30 s: gcsfs's own, and tensorstore's
+bounded to match) is raised as ``ObjectStorageError``, whose message names the URL and the fix.
 """
 
 from __future__ import annotations
@@ -18,9 +18,12 @@ import functools
 import hashlib
 import io
 import json
+import logging
+import math
 import os
 import shutil
 import tempfile
+import time
 from typing import Any, Callable, TypeVar
 
 # Read by etils on every gs:// call; a user's explicit setting wins.
@@ -46,6 +49,8 @@ if EMULATOR:
   os.environ.setdefault('GOOGLE_AUTH_TOKEN_FOR_TESTING', 'emulator')
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
+from absl import logging as absl_logging
+import aiohttp
 from etils import epath
 import fsspec
 # pylint: enable=g-import-not-at-top,wrong-import-position
@@ -54,11 +59,29 @@ if EMULATOR:  # no credentials to look for (FSSPEC_GS_TOKEN, read when fsspec is
   fsspec.config.conf.setdefault('gs', {}).setdefault('token', 'anon')
 
 REMOTE_PREFIXES = ('gs://',)
+# tensorstore (orbax's arrays) retries a GCS request 32 times, up to 32 s apart: a quarter of an
+# hour before a save to an unreachable bucket fails. 5 tries take about 30 s, as gcsfs's 6 do.
+TENSORSTORE_GCS_RETRIES = {'max_retries': 5, 'initial_delay': '1s', 'max_delay': '32s'}
+# The loggers through which gcsfs and fsspec report each failed request from their IO thread.
+_CLIENT_LOGGERS = ('gcsfs', 'gcsfs.credentials', 'fsspec.asyn', 'fsspec.caching',
+                   'fsspec.prefetcher')
 
 
 class ObjectStorageError(OSError):
   """A request to object storage failed (unreachable, refused, a missing bucket) once the
   client's retries were spent; the message names the URL and the fix."""
+
+
+def _one_line(record: logging.LogRecord) -> bool:
+  """Below ``--verbosity=1`` a client's failed request is one line: the error itself reaches the
+  caller (one paragraph), so its traceback from the IO thread only repeats it."""
+  if record.exc_info and absl_logging.get_verbosity() < absl_logging.INFO:
+    record.exc_info, record.exc_text = None, None
+  return True
+
+
+for _name in _CLIENT_LOGGERS:
+  logging.getLogger(_name).addFilter(_one_line)
 
 
 def is_remote(path: str | os.PathLike) -> bool:
@@ -90,6 +113,16 @@ def request_failed(url: str, e: BaseException) -> str:
           f'{type(e).__name__}: {" ".join(str(e).split())[:300]}. {where}')
 
 
+@functools.cache
+def _limit_tensorstore_retries() -> None:
+  # orbax builds a fresh tensorstore context from these defaults for every save and restore.
+  # pylint: disable-next=g-import-not-at-top  (2 s; loaded by then wherever orbax is used)
+  from orbax.checkpoint._src.serialization import tensorstore_utils
+  for context in (tensorstore_utils._BASE_TS_CONTEXT,  # pylint: disable=protected-access
+                  tensorstore_utils._DEFAULT_OCDBT_TS_CONTEXT):  # pylint: disable=protected-access
+    context.setdefault('gcs_request_retries', dict(TENSORSTORE_GCS_RETRIES))
+
+
 def _missing_bucket(name: str) -> str:
   if EMULATOR:
     return (f'The bucket gs://{name} does not exist on the emulator at {EMULATOR} '
@@ -119,8 +152,73 @@ def path(name: str | os.PathLike) -> epath.Path:
   first use (ObjectStorageError if it is missing or unreachable)."""
   name = canonical(name)
   if is_remote(name):
+    _limit_tensorstore_retries()
     _check_bucket(bucket(name))
   return epath.Path(name)
+
+
+class _NotSent(ObjectStorageError):
+  """A request the breaker failed at once (an OSError: gcsfs does not retry it)."""
+
+
+class _Breaker:
+  """gcsfs retries a request that cannot connect for about 30 s, and a failing save or a program's
+  way out makes many in a row (orbax's finalization, the manifest, metrics, TensorBoard files,
+  the lock): once nothing has connected to object storage for OPEN_S, requests fail at once, but
+  for one every PROBE_S, so that storage is used again once it answers. Its hooks (aiohttp's
+  request tracing) run on fsspec's IO thread."""
+  OPEN_S, PROBE_S = 30.0, 10.0
+
+  def __init__(self):
+    self.failing_since: float | None = None  # the first failure to connect since an answer
+    self.error: BaseException | None = None
+    self.last_try = -math.inf
+
+  def is_open(self) -> bool:
+    return self.failing_since is not None and time.monotonic() - self.failing_since >= self.OPEN_S
+
+  def trip(self, e: BaseException) -> None:
+    now = time.monotonic()
+    self.failing_since, self.error, self.last_try = now - self.OPEN_S, e, now
+
+  async def _start(self, session, context, params) -> None:
+    del session, context
+    if self.is_open() and time.monotonic() - self.last_try < self.PROBE_S:
+      raise _NotSent(f'{params.method} {params.url} not sent: object storage has not answered '
+                     f'for {time.monotonic() - self.failing_since:.0f} s') from self.error
+    self.last_try = time.monotonic()
+
+  async def _failed(self, session, context, params) -> None:
+    del session, context
+    if isinstance(params.exception, aiohttp.ClientConnectionError) and self.failing_since is None:
+      self.failing_since, self.error = time.monotonic(), params.exception
+
+  async def _answered(self, session, context, params) -> None:
+    del session, context, params
+    self.failing_since = None
+
+  def tracing(self) -> aiohttp.TraceConfig:
+    config = aiohttp.TraceConfig()
+    config.on_request_start.append(self._start)
+    config.on_request_exception.append(self._failed)
+    config.on_request_end.append(self._answered)
+    return config
+
+
+_breaker = _Breaker()
+fsspec.config.conf.setdefault('gs', {}).setdefault('session_kwargs', {}).setdefault(
+    'trace_configs', []).append(_breaker.tracing())
+
+
+def mark_unreachable(e: BaseException) -> None:
+  """Object storage failed with ``e`` where the breaker could not see it (tensorstore, which
+  writes orbax's arrays): requests fail at once from now on (but for a probe every PROBE_S)."""
+  _breaker.trip(e)
+
+
+def unreachable() -> bool:
+  """Whether nothing has connected to object storage for OPEN_S (requests fail at once)."""
+  return _breaker.is_open()
 
 
 def _raise_named(e: Exception, url: str) -> None:
@@ -131,8 +229,8 @@ def _raise_named(e: Exception, url: str) -> None:
   from gcsfs.retry import HttpError
   from google.auth.exceptions import GoogleAuthError
   # pylint: enable=g-import-not-at-top
-  if isinstance(e, (FileNotFoundError, ObjectStorageError)) or not isinstance(
-      e, (OSError, HttpError, GoogleAuthError)):
+  if isinstance(e, FileNotFoundError) or (isinstance(e, ObjectStorageError) and not isinstance(
+      e, _NotSent)) or not isinstance(e, (OSError, HttpError, GoogleAuthError)):
     raise e
   raise ObjectStorageError(f'{request_failed(url, e)}, then rerun the same command.') from e
 

@@ -11,8 +11,11 @@ preempted run (SIGTERM) exits 0.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import sys
+import threading
+import time
 import traceback
 from typing import Callable, NoReturn
 
@@ -28,17 +31,40 @@ EXIT_STATUS = 2
 USER_ERRORS = (ValueError, OSError, app.UsageError, checkpoints.CheckpointError,
                workdir.WorkdirBusyError, trainer.NonFiniteLossError)
 _DISK_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
+_LINGER_S = 10.0  # how long an exit waits for the threads still running
 
 
 def _program() -> str:
   return os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else 'python'
 
 
-def fail(message: object) -> NoReturn:
-  """Prints ``<program>: error: <message>`` (one paragraph) on stderr and exits with status 2."""
+def _print_error(message: object) -> None:
   sys.stdout.flush()
   print(f'{_program()}: error: {" ".join(str(message).split())}', file=sys.stderr, flush=True)
+
+
+def fail(message: object) -> NoReturn:
+  """Prints ``<program>: error: <message>`` (one paragraph) on stderr and exits with status 2."""
+  _print_error(message)
   sys.exit(EXIT_STATUS)
+
+
+def _exit(status: int) -> NoReturn:
+  """Exits with ``status`` within _LINGER_S even when threads a library started still run (after
+  a failed save on gs://, orbax's save threads wait 5 minutes for a step folder that was never
+  made): the interpreter would wait for them before exiting."""
+  lingering = [t for t in threading.enumerate()
+               if t is not threading.current_thread() and not t.daemon]
+  deadline = time.monotonic() + _LINGER_S
+  # Polled, not joined: orbax's threads raise from join() once its timeout passes.
+  while any(t.is_alive() for t in lingering) and time.monotonic() < deadline:
+    time.sleep(0.1)
+  if any(t.is_alive() for t in lingering):
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)  # pylint: disable=protected-access
+  sys.exit(status)
 
 
 def _verbose() -> bool:
@@ -72,20 +98,40 @@ def describe(e: BaseException) -> str:
   return f'{type(e).__name__}: {e}'
 
 
+def _from_a_closed_loop(exc_traceback) -> bool:
+  frames = traceback.extract_tb(exc_traceback)
+  return bool(frames) and frames[-1].name == '_check_closed' and frames[-1].filename.endswith(
+      os.path.join('asyncio', 'base_events.py'))
+
+
+def _quiet_closed_loop_echoes() -> None:
+  """Below ``--verbosity=1``, drops what tensorstore's threads print when they call back into an
+  event loop that orbax closed after a failed save or restore: dozens of 'Event loop is closed'
+  tracebacks after the one error that matters."""
+  unraisable = sys.unraisablehook
+
+  def hook(u) -> None:
+    if _verbose() or not _from_a_closed_loop(u.exc_traceback):
+      unraisable(u)
+
+  sys.unraisablehook = hook
+
 
 def run(main: Callable[[list[str]], object]) -> None:
   """``absl.app.run(main)`` with the error handling of this module."""
 
   def wrapped(argv: list[str]) -> object:
+    _quiet_closed_loop_echoes()
     try:
       return main(argv)
     except KeyboardInterrupt:
       print(f'{_program()}: interrupted. Rerun the same command to resume.', file=sys.stderr,
             flush=True)
-      sys.exit(130)
+      _exit(130)
     except USER_ERRORS as e:
       if _verbose():
         traceback.print_exc()
-      fail(describe(e))
+      _print_error(describe(e))
+      _exit(EXIT_STATUS)
 
   app.run(wrapped, flags_parser=_parse_flags)

@@ -1,11 +1,12 @@
 """Object storage failures through the real command line, against a GCS emulator (fake-gcs-server
-on 127.0.0.1) named by STORAGE_EMULATOR_HOST alone: a missing bucket, and a request that failed.
-Each ends with status 2 and one paragraph, without a traceback."""
+on 127.0.0.1) named by STORAGE_EMULATOR_HOST alone: a missing bucket, and the emulator killed
+during training. Each ends with status 2 and one paragraph, without a traceback."""
 
 import ast
 import json
 import os
 import platform
+import signal
 import socket
 import subprocess
 import sys
@@ -170,3 +171,31 @@ def test_a_storage_error_names_the_url_not_an_http_endpoint(monkeypatch):
   monkeypatch.setattr(storage.epath.Path, 'read_bytes', _raising(FileNotFoundError('b/o/x')))
   with pytest.raises(FileNotFoundError):  # callers test for it: not wrapped
     storage.read_bytes('gs://bucket/run/x')
+
+
+def test_the_emulator_killed_during_training_ends_it_within_a_minute(guard, csv_file, tmp_path):
+  """Killed once the first checkpoint is on gs://: exit 2 naming object storage (not a full disk)
+  within 60 s, however many requests the failed save and the way out make, without the
+  background threads' tracebacks."""
+  server, url = _start_emulator()
+  env = _env(url, guard)
+  try:
+    run = _start(['train.py', '--config=configs/tiny.py', f'--workdir=gs://{BUCKET}/run',
+                  '--config.data.name=files', f'--config.data.train_files={csv_file}',
+                  '--config.train.num_steps=2000', '--config.train.checkpoint_every=4',
+                  '--config.train.eval_every=2000', '--config.train.log_every=2'], env)
+    deadline = time.monotonic() + 300
+    done = f'{url}/storage/v1/b/{BUCKET}/o?prefix=run/checkpoints/4/commit_success'
+    while b'"name"' not in urllib.request.urlopen(done, timeout=10).read():
+      assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+      time.sleep(0.2)
+  finally:
+    server.send_signal(signal.SIGKILL)
+    server.wait()
+  killed = time.monotonic()
+  err = _check_failed(run, 'Object storage could not be reached, or refused the request, for '
+                      f'gs://{BUCKET}/run', timeout=600)
+  assert time.monotonic() - killed < 60, err[-3000:]
+  assert f'Check that the emulator at {url}' in err and 'full disk' not in err, err[-3000:]
+
+

@@ -162,7 +162,11 @@ def _lease(workdir: str, path: str, held: Held) -> Iterator[None]:
     yield
   finally:
     stop.set()
-    thread.join()
-    with contextlib.suppress(Exception):  # never hide the block's own exception
-      if (_read_lease(path) or {}).get('token') == mine['token']:
-        storage.path(path).unlink()
+    # On the way out from a storage failure, neither the heartbeat (perhaps mid-request) is
+    # waited for nor the lease released: each would wait out the client's retries, in vain. A
+    # holder that is gone frees the lease at once on this host (after LEASE_S on another).
+    if not storage.unreachable():
+      thread.join()
+      with contextlib.suppress(Exception):  # never hide the block's own exception
+        if (_read_lease(path) or {}).get('token') == mine['token']:
+          storage.path(path).unlink()
