@@ -353,9 +353,11 @@ def write_atomically(name: str | os.PathLike, content: bytes | str) -> None:
       f.flush()
       os.fsync(f.fileno())
     os.replace(tmp, target)
-  except BaseException:
+  except BaseException as e:
     if os.path.exists(tmp):
       os.remove(tmp)
+    if isinstance(e, OSError) and e.errno is not None:  # about the target, not our temporary
+      raise OSError(e.errno, e.strerror, target) from e
     raise
 
 

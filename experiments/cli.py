@@ -39,12 +39,15 @@ def _program() -> str:
 
 
 def _print_error(message: object) -> None:
+  if isinstance(message, BaseException):
+    message = describe(message)
   sys.stdout.flush()
   print(f'{_program()}: error: {" ".join(str(message).split())}', file=sys.stderr, flush=True)
 
 
 def fail(message: object) -> NoReturn:
-  """Prints ``<program>: error: <message>`` (one paragraph) on stderr and exits with status 2."""
+  """Prints ``<program>: error: <message>`` (one paragraph; an exception as ``describe`` puts it)
+  on stderr and exits with status 2."""
   _print_error(message)
   sys.exit(EXIT_STATUS)
 
@@ -88,14 +91,49 @@ def _parse_flags(argv: list[str]) -> list[str]:
 
 
 def describe(e: BaseException) -> str:
-  """The paragraph for a user error: its message (an operating-system error also names its
-  kind, and a full disk says what to do)."""
+  """The paragraph for a user error: its message; an operating-system error also names its kind,
+  its path and what to do."""
   if not isinstance(e, OSError) or e.errno is None:
     return str(e) or type(e).__name__
   if e.errno in _DISK_FULL:
     return (f'{type(e).__name__}: {e}. The disk (or quota) is full or read-only: free space and '
             'rerun the same command; a training run resumes from its newest intact checkpoint.')
-  return f'{type(e).__name__}: {e}'
+  advice = _path_advice(e.errno, os.fspath(e.filename)) if e.filename else ''
+  if not advice:
+    return f'{type(e).__name__}: {e}'
+  return f'{advice} ({type(e).__name__}: [Errno {e.errno}] {e.strerror}).'
+
+
+def _file_in(path: str) -> str | None:
+  """The first of ``path`` and its parents that is a file (not a folder), if any."""
+  while path and path != os.path.dirname(path):
+    if os.path.isfile(path):
+      return path
+    path = os.path.dirname(path)
+  return None
+
+
+def _path_advice(code: int, path: str) -> str:
+  """What an error number means for ``path``, and the fix ('' for the others)."""
+  if code == errno.EEXIST:
+    if os.path.isfile(path):
+      return (f'{path} exists and is a file, where a folder was expected: choose another path, '
+              'or move the file away')
+    return f'{path} exists already: choose another path, or move it away'
+  if code == errno.EISDIR:
+    return (f'{path} exists and is a folder, where a file was expected: name a file (not a '
+            'folder), or move the folder away')
+  if code == errno.ENOTDIR:
+    file = _file_in(path) or path
+    within = f' (in {path})' if file != path else ''
+    return (f'{file} is a file, where a folder was expected{within}: choose another path, or '
+            'move the file away')
+  if code in (errno.EACCES, errno.EPERM):
+    return (f'This user may not access {path}: choose a path it may read (or write), or change '
+            'the permissions of the path or its folder')
+  if code == errno.ENOENT:
+    return f'{path} does not exist: check the path, and that the folders it names exist'
+  return ''
 
 
 def _from_a_closed_loop(exc_traceback) -> bool:
@@ -131,7 +169,7 @@ def run(main: Callable[[list[str]], object]) -> None:
     except USER_ERRORS as e:
       if _verbose():
         traceback.print_exc()
-      _print_error(describe(e))
+      _print_error(e)
       _exit(EXIT_STATUS)
 
   app.run(wrapped, flags_parser=_parse_flags)

@@ -1,8 +1,10 @@
 """Object storage failures through the real command line, against a GCS emulator (fake-gcs-server
-on 127.0.0.1) named by STORAGE_EMULATOR_HOST alone: a missing bucket, and the emulator killed
-during training. Each ends with status 2 and one paragraph, without a traceback."""
+on 127.0.0.1) named by STORAGE_EMULATOR_HOST alone: a missing bucket, the emulator killed during
+training, and the paragraph of an operating-system error (the path and the fix). Each ends with
+status 2 and one paragraph, without a traceback."""
 
 import ast
+import errno
 import json
 import os
 import platform
@@ -199,3 +201,61 @@ def test_the_emulator_killed_during_training_ends_it_within_a_minute(guard, csv_
   assert f'Check that the emulator at {url}' in err and 'full disk' not in err, err[-3000:]
 
 
+@pytest.fixture(scope='module')
+def trained(tmp_path_factory, csv_file):
+  """A finished 2-step run (local disk)."""
+  workdir = str(tmp_path_factory.mktemp('trained') / 'run')
+  subprocess.run([sys.executable, 'train.py', '--config=configs/tiny.py', f'--workdir={workdir}',
+                  '--config.data.name=files', f'--config.data.train_files={csv_file}',
+                  '--config.train.num_steps=2', '--config.train.eval_every=2',
+                  '--config.train.checkpoint_every=2'], cwd=ROOT, check=True, capture_output=True)
+  return workdir
+
+
+def test_an_os_error_names_the_path_and_the_fix(trained, csv_file, tmp_path):
+  """The paragraph names the path the error is about (the destination of an atomic write, not
+  its temporary file), what it is and what was expected."""
+  file = tmp_path / 'a_file'
+  file.write_text('x')
+  (tmp_path / 'texts.txt').write_text('a text\n')
+  (tmp_path / 'w' / 'config.json').mkdir(parents=True)
+  train = ['train.py', '--config=configs/tiny.py', '--config.data.name=files',
+           f'--config.data.train_files={csv_file}', '--config.train.num_steps=2']
+  cases = [  # (argv, phrase)
+      (['predict.py', f'--workdir={trained}', f'--input={tmp_path}/texts.txt',
+        f'--output={file}/out.jsonl'],
+       f'{file} exists and is a file, where a folder was expected'),
+      (['scripts/export_hf.py', f'--workdir={trained}', f'--out={file}/hf'],
+       f'{file} is a file, where a folder was expected (in {file}/hf)'),
+      (train + [f'--workdir={tmp_path}/w'],
+       f'{tmp_path}/w/config.json exists and is a folder, where a file was expected'),
+  ]
+  if os.geteuid() != 0:  # root may write anywhere
+    (tmp_path / 'read_only').mkdir(mode=0o500)
+    cases.append((['predict.py', f'--workdir={trained}', f'--input={tmp_path}/texts.txt',
+                   f'--output={tmp_path}/read_only/out.jsonl'],
+                  f'This user may not access {tmp_path}/read_only/out.jsonl'))
+  runs = [(_start(argv, dict(os.environ)), phrase) for argv, phrase in cases]
+  for proc, phrase in runs:
+    err = _check_failed(proc, phrase)
+    assert '.tmp.' not in err, err[-2000:]
+  assert not [n for n in os.listdir(tmp_path / 'w') if '.tmp.' in n]  # none left behind
+
+
+def test_describe_gives_each_error_number_its_fix(tmp_path):
+  file = tmp_path / 'f'
+  file.write_text('x')
+  expected = {
+      errno.EACCES: f'This user may not access {tmp_path}/x: choose a path it may read',
+      errno.ENOENT: f'{tmp_path}/x does not exist: check the path',
+      errno.EEXIST: f'{tmp_path}/x exists already: choose another path',
+      errno.ENOSPC: 'The disk (or quota) is full or read-only: free space and rerun',
+  }
+  for code, phrase in expected.items():
+    message = cli.describe(OSError(code, os.strerror(code), f'{tmp_path}/x'))
+    assert phrase in message and '\n' not in message, message
+  assert cli.describe(OSError(errno.EIO, 'I/O error')) == 'OSError: [Errno 5] I/O error'
+  with pytest.raises(IsADirectoryError) as raised:
+    storage.write_atomically(str(tmp_path), 'x')
+  assert raised.value.filename == str(tmp_path)  # not the temporary file
+  assert os.listdir(tmp_path) == ['f']
