@@ -62,7 +62,6 @@ class _Run:
   profiler: metrics_lib.Profiler
   held: workdir_lib.Held  # the workdir lock, checked before each save
   start: int
-  train_log: dict[str, Any] | None  # the train-metric window restored with the start step
   seconds: dict[str, float] = dataclasses.field(  # wall time of this process's phases
       default_factory=lambda: {'validation_eval': 0.0, 'test_eval': 0.0})
 
@@ -145,8 +144,7 @@ def _setup(config: ml_collections.ConfigDict, workdir: str, mesh: jax.sharding.M
   stack.callback(writer.close)
   profiler = metrics_lib.Profiler(config.train.profile_steps, workdir)
   stack.callback(profiler.close)
-  train_log = ckpt.restored_train_log if start else None
-  return _Run(config, workdir, exp, ckpt, writer, profiler, held, start, train_log), state
+  return _Run(config, workdir, exp, ckpt, writer, profiler, held, start), state
 
 
 def hparams(config: ml_collections.ConfigDict) -> dict[str, Any]:
@@ -162,7 +160,7 @@ class _TrainLog:
 
   def __init__(self, run: _Run):
     self.run = run
-    saved = run.train_log or {'num': 0, 'sums': {}}
+    saved = run.ckpt.restored_train_log or {'num': 0, 'sums': {}}  # None: a fresh start
     self.sums: dict[str, np.ndarray] = {k: np.asarray(v['values'], v['dtype'])
                                         for k, v in saved['sums'].items()}
     self.num = int(saved['num'])
