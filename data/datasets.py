@@ -25,13 +25,13 @@ from data import corpus
 from data import files as files_lib
 from data import fortunes
 from data import listops
-from data import lists
+from settings import lists
 from data import lm
 from data import manpages
 from data import pipeline
 from data import position_probes
 from data import sources
-from data import storage
+import storage
 from data import tokenizers
 from data.pipeline import Batch
 

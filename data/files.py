@@ -40,8 +40,8 @@ from typing import IO, Iterator
 
 import numpy as np
 
-from data import lists
-from data import storage
+from settings import lists
+import storage
 from data.sources import shard_bounds
 
 CLASSES_FILE = 'classes.json'

@@ -24,7 +24,7 @@ import sentencepiece as spm
 import tensorflow as tf
 import tokenizers as hf_tokenizers
 
-from data import storage
+import storage
 
 PAD_ID = 0
 CLS_ID = 1

@@ -17,8 +17,8 @@ import ml_collections
 
 import data
 import models
-from data import lists
-from data import storage
+from settings import lists
+import storage
 from experiments import report as report_lib
 from training import trainer
 from training import validation

@@ -20,8 +20,8 @@ import ml_collections
 import numpy as np
 
 import rope
-from data import lists
-from data import storage
+from settings import lists
+import storage
 from experiments import plots
 from experiments import report as report_lib
 from experiments import stats

@@ -6,7 +6,7 @@ import matplotlib
 import numpy as np
 
 import rope
-from data import storage
+import storage
 
 matplotlib.use('Agg')  # files only, no display
 from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position

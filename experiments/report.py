@@ -23,7 +23,7 @@ import jax
 import numpy as np
 import optax
 
-from data import storage
+import storage
 from experiments import plots
 from experiments import stats
 from training import metrics as metrics_lib

@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax  # pylint: disable=g-import-not-at-top
 
 from configs import default  # pylint: disable=g-import-not-at-top
-from data import storage  # pylint: disable=g-import-not-at-top
+import storage  # pylint: disable=g-import-not-at-top
 from data import tokenizers  # pylint: disable=g-import-not-at-top
 from models import hf  # pylint: disable=g-import-not-at-top
 from experiments import cli  # pylint: disable=g-import-not-at-top

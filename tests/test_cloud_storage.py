@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from configs.ablation import probes
-from data import storage
+import storage
 from experiments import ablation
 from training import checkpoints, metrics, validation, workdir as workdir_lib
 from training.experiment import Experiment

@@ -17,7 +17,7 @@ import urllib.request
 
 import pytest
 
-from data import storage
+import storage
 from experiments import cli
 from helpers import gcs as gcs_helpers
 
@@ -99,7 +99,7 @@ def _check_failed(proc, phrase, timeout=300):
 
 
 def test_emulator_settings_are_derived_from_storage_emulator_host():
-  show = ('from data import storage; import os, fsspec; print(['
+  show = ('import storage; import os, fsspec; print(['
           + ', '.join(f'os.environ.get({k!r})' for k in _DERIVED[:3])
           + ", fsspec.config.conf.get('gs', {}).get('token')])")
   base = {k: v for k, v in os.environ.items() if k not in _DERIVED + ('STORAGE_EMULATOR_HOST',)}

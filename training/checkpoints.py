@@ -29,7 +29,7 @@ from orbax.checkpoint import checkpoint_managers as policies
 
 import models
 import rope
-from data import storage
+import storage
 from models import hf
 from training.metrics import console
 

@@ -11,8 +11,8 @@ import numpy as np
 
 import rope
 from data import datasets
-from data import lists
-from data import storage
+from settings import lists
+import storage
 from training import checkpoints
 from training import optim
 from training import partitioning

@@ -27,7 +27,7 @@ import ml_collections
 import numpy as np
 
 import models
-from data import storage
+import storage
 from data import tokenizers
 from models import hf
 from training import checkpoints

@@ -21,7 +21,7 @@ import scipy.stats
 from clu import metric_writers
 from clu import periodic_actions
 
-from data import storage
+import storage
 
 METRICS_FILE = 'metrics.jsonl'
 RATE = 'steps_per_sec'  # what clu's ReportProgress writes

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from data import lists
+from settings import lists
 
 SCHEDULES = ('cosine', 'linear', 'constant', 'rsqrt')
 

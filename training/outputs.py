@@ -14,7 +14,7 @@ from typing import Iterable
 
 from data import datasets
 from data import files
-from data import storage
+import storage
 from data import tokenizers
 from training import checkpoints
 from training import evaluation

@@ -25,7 +25,7 @@ from flax import nnx
 from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from data import lists
+from settings import lists
 from models import sharding as model_sharding
 
 MESH_AXES = ('data', 'fsdp', 'tensor')

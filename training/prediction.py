@@ -26,7 +26,7 @@ import models
 from data import datasets
 from data import files
 from data import pipeline
-from data import storage
+import storage
 from training import checkpoints
 from training import evaluation
 from training import trainer

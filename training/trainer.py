@@ -18,7 +18,7 @@ import tensorflow_datasets as tfds
 from absl import logging
 
 from data import datasets
-from data import storage
+import storage
 from training import checkpoints
 from training import init_from
 from training import metrics as metrics_lib

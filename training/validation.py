@@ -18,9 +18,9 @@ import models
 from data import datasets
 import rope
 from configs import default
-from data import lists
+from settings import lists
 from data import sources
-from data import storage
+import storage
 from training import checkpoints
 from training import metrics
 from training import optim

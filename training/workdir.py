@@ -25,7 +25,7 @@ import threading
 import time
 from typing import Any, Iterator
 
-from data import storage
+import storage
 
 LOCK_FILE = 'lock'
 LEASE_S = 120.0

@@ -1,0 +1,1 @@
+"""How a run's settings are declared: the list syntax of list-valued fields (``settings.lists``)."""
