@@ -23,6 +23,7 @@ from absl import app
 from absl import flags
 import ml_collections
 
+import data  # first: its TensorFlow log defaults must precede TensorFlow's import
 from training import checkpoints
 from training import trainer
 from training import workdir
