@@ -14,6 +14,7 @@ from ml_collections import config_flags
 from experiments import cli
 from training import distributed
 from training import trainer
+from training.config import run_config
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file('config', 'configs/default.py', 'Training config file.',
@@ -27,8 +28,9 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   distributed.initialize_from_flags()
-  trainer.setup_runtime(FLAGS.config, quiet=not FLAGS['verbosity'].present)
-  trainer.train_and_evaluate(FLAGS.config, FLAGS.workdir)
+  config = run_config(FLAGS.config)  # the flags' ConfigDict, typed and checked
+  trainer.setup_runtime(config, quiet=not FLAGS['verbosity'].present)
+  trainer.train_and_evaluate(config, FLAGS.workdir)
 
 
 if __name__ == '__main__':

@@ -177,9 +177,8 @@ class Columns:
   def of(cls, data_config) -> Columns:
     """The columns that a config's ``data`` group names; ValueError for a column named twice in
     ``data.columns`` or an unknown ``data.quoting``."""
-    names = lists.parse(data_config.columns, 'data.columns', example='label,id1,id2,text1,text2')
     return cls(text=data_config.text_column, label=data_config.label_column,
-               text_b=data_config.text_b_column, names=tuple(names),
+               text_b=data_config.text_b_column, names=tuple(data_config.columns),
                quoting=data_config.quoting)
 
   def quoted(self, extension: str) -> bool:
@@ -360,14 +359,15 @@ def _texts(rows: list[_Row]) -> np.ndarray:
   return texts
 
 
-def _split_paths(paths: str, field: str) -> list[str]:
-  """The comma-separated paths of ``field`` as given; ValueError naming it if a file is named
-  twice, also as two spellings (a.csv, ./a.csv): its rows would count twice."""
-  lists.parse(paths, field, storage.canonical, example='train.csv,more.csv')
-  return lists.parse(paths, field)
+def _split_paths(paths: tuple[str, ...], field: str) -> list[str]:
+  """The paths of ``field`` as given; ValueError naming it if a file is named twice as two
+  spellings (a.csv, ./a.csv): its rows would count twice."""
+  lists.parse(','.join(paths), field, storage.canonical, example='train.csv,more.csv')
+  return list(paths)
 
 
-def _split_fields(train_files: str, validation_files: str, test_files: str,
+def _split_fields(train_files: tuple[str, ...], validation_files: tuple[str, ...],
+                  test_files: tuple[str, ...],
                   example: str) -> dict[str, list[str]]:
   """Split -> the paths of its data.<split>_files; ValueError without training files."""
   paths = {split: _split_paths(value, f'data.{split}_files') for split, value in

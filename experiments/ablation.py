@@ -17,22 +17,67 @@ import ml_collections
 
 import data
 import models
+import settings
 from settings import lists
 import storage
 from experiments import report as report_lib
 from training import trainer
 from training import validation
+from training.config import RESULT_FIELDS, RunConfig, run_config
 from training.experiment import Experiment
 from training.metrics import console
 
-# Fields that change nothing in a finished run's reported numbers (where and how it ran; the
-# attention implementation changes only the rounding).
-RESULT_NEUTRAL_FIELDS = ('train.log_every', 'train.checkpoint_every', 'train.keep_checkpoints',
-                         'train.eval_batch_size', 'train.compilation_cache_dir', 'data.data_dir',
-                         'data.prefetch', 'mesh.data', 'mesh.fsdp', 'mesh.tensor',
-                         'mesh.dcn_data', 'mesh.dcn_fsdp', 'mesh.dcn_tensor', 'mesh.rules',
-                         'model.remat', 'model.attention_impl', 'model.attention_chunk_size',
-                         'train.profile_steps', 'train.wandb_project')
+R, T = settings.Role.RESULTS, settings.Role.RUNTIME
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AblationConfig:
+  """The ``ablation`` group: the grid, datasets outermost, and how it is reported."""
+
+  # The field under study: model.position values.
+  positions: tuple[str, ...] = settings.setting(
+      ('none', 'sinusoidal', 'learned', 'shaw', 't5', 'alibi', 'rotary'), R, items=str,
+      example='rotary,alibi')
+  # data.name values, one table each.
+  datasets: tuple[str, ...] = settings.setting(('position_probes/order',), R, items=str,
+                                               example='position_probes/order,listops')
+  # model.attention values (e.g. 'softmax,linear').
+  attentions: tuple[str, ...] = settings.setting(('softmax',), R, items=str,
+                                                 example='softmax,linear')
+  # data.max_length values (empty: data.max_length).
+  max_lengths: tuple[int, ...] = settings.setting((), R, items=int, example='64,128')
+  # Peak learning rates tried per scheme, trained together with the seeds (one member per pair);
+  # each scheme is reported at the rate with the best mean validation accuracy.
+  learning_rates: tuple[float, ...] = settings.setting((1e-3,), R, items=float,
+                                                       example='1e-3,3e-3')
+  num_seeds: int = settings.setting(8, R)  # Seeds per run, trained together (paired across schemes).
+  # Scheme the others are compared with (paired tests, Holm-corrected).
+  reference: str = settings.setting('rotary', R)
+  report_memory: bool = settings.setting(False, T)  # Also report each run's train-step memory.
+
+  def __post_init__(self):
+    for field, valid in (('datasets', data.DATASET_NAMES), ('positions', tuple(models.SCHEMES)),
+                         ('attentions', models.ATTENTION_KINDS)):
+      names = getattr(self, field)
+      if not names:
+        raise ValueError(f'ablation.{field} is empty: list at least one of {", ".join(valid)}.')
+      unknown = [n for n in names if n not in valid]
+      if unknown:
+        raise ValueError(f'ablation.{field} names {", ".join(map(repr, unknown))}, not among '
+                         f'the valid {", ".join(valid)}; fix --config.ablation.{field}.')
+
+
+def group() -> ml_collections.ConfigDict:
+  """The ``ablation`` group's defaults, for a config file to change."""
+  return settings.group_dict(AblationConfig)
+
+
+def grid(config: ml_collections.ConfigDict) -> AblationConfig:
+  """The checked ``ablation`` group of an ablation config."""
+  if 'ablation' not in config:
+    raise ValueError('The --config file has no `ablation` group, so it is not an ablation config: '
+                     'use one of configs/ablation/*.py (train.py trains a single model).')
+  return settings.build_group(AblationConfig, config.ablation, 'ablation')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,26 +101,13 @@ class Cell:
 
 def check_grid(config: ml_collections.ConfigDict) -> list[Cell]:
   """The cells of ``config.ablation``, datasets outermost, after checking its names and the
-  fields every run shares: a typo is an error, never a 'not applicable' row."""
-  if 'ablation' not in config:
-    raise ValueError('The --config file has no `ablation` group, so it is not an ablation config: '
-                     'use one of configs/ablation/*.py (train.py trains a single model).')
-  a = config.ablation
-  grid = {}
-  for field, valid in (('datasets', data.DATASET_NAMES), ('positions', tuple(models.SCHEMES)),
-                       ('attentions', models.ATTENTION_KINDS)):
-    grid[field] = names = lists.parse(a[field], f'ablation.{field}', example=','.join(valid[:2]))
-    if not names:
-      raise ValueError(f'ablation.{field} is empty: list at least one of {", ".join(valid)}.')
-    unknown = [n for n in names if n not in valid]
-    if unknown:
-      raise ValueError(f'ablation.{field} names {", ".join(map(repr, unknown))}, not among '
-                       f'the valid {", ".join(valid)}; fix --config.ablation.{field}.')
-  lengths = lists.parse(a.max_lengths, 'ablation.max_lengths', int, example='64,128') or [None]
-  cells = [Cell(d, p, at, n) for d in grid['datasets'] for at in grid['attentions']
-           for n in lengths for p in grid['positions']]
+  fields every run shares (each cell's run config is built): a typo is an error, never a 'not
+  applicable' row."""
+  a = grid(config)
+  cells = [Cell(d, p, at, n) for d in a.datasets for at in a.attentions
+           for n in a.max_lengths or [None] for p in a.positions]
   for cell in cells:
-    validation.check_run_fields(cell_config(config, cell))
+    cell_config(config, cell)
   return cells
 
 
@@ -96,20 +128,19 @@ def select(cells: list[Cell], only: str) -> list[Cell]:
   return chosen
 
 
-def cell_config(config: ml_collections.ConfigDict, cell: Cell) -> ml_collections.ConfigDict:
+def cell_config(config: ml_collections.ConfigDict, cell: Cell) -> RunConfig:
   """The run config of one cell: the base config with only the studied fields changed, and the
   grid's seeds and learning rates."""
-  base = config.to_dict()  # a deep copy
-  base.pop('ablation')
-  c = ml_collections.ConfigDict(base, type_safe=True)
-  c.data.name = cell.dataset
-  c.model.position = cell.position
-  c.model.attention = cell.attention
+  a = grid(config)
+  changes = {'data.name': cell.dataset, 'model.position': cell.position,
+             'model.attention': cell.attention, 'train.num_seeds': a.num_seeds,
+             'optim.learning_rates': a.learning_rates}
   if cell.max_length:  # also the `learned` table and T5's furthest bucket: the training length
-    c.data.max_length = c.model.max_length = c.model.t5_max_distance = cell.max_length
-  c.train.num_seeds = config.ablation.num_seeds
-  c.optim.learning_rates = config.ablation.learning_rates
-  return c
+    changes.update({f: cell.max_length for f in (
+        'data.max_length', 'model.max_length', 'model.t5_max_distance')})
+  base = {g: {**config[g], **{k.partition('.')[2]: v for k, v in changes.items()
+                              if k.startswith(g + '.')}} for g in settings.groups(RunConfig)}
+  return run_config(base)
 
 
 def stale_cells(config: ml_collections.ConfigDict, workdir: str,
@@ -124,13 +155,13 @@ def stale_cells(config: ml_collections.ConfigDict, workdir: str,
       continue
     if run.not_applicable:
       try:
-        validation.check_model(run_config)
+        run_config.check_model()
         stale[cell] = [f'was not applicable ({run.not_applicable}) and is now']
       except ValueError:
         pass
       continue
-    saved = validation.load_config(run_dir).to_dict()
-    changes = validation.config_differences(saved, run_config, RESULT_NEUTRAL_FIELDS)
+    changes = validation.config_differences(validation.load_config(run_dir), run_config,
+                                            RESULT_FIELDS)
     fingerprint = os.path.join(run_dir, validation.DATA_FILE)
     if storage.exists(fingerprint):
       changes += validation.data_changes(storage.read_json(fingerprint), run_config.data)
@@ -168,14 +199,14 @@ def run_grid(config: ml_collections.ConfigDict, workdir: str, cells: list[Cell],
   storage.makedirs(workdir)
   todo = [c for c in cells if report_lib.load_run(os.path.join(workdir, c.name)) is None]
   console(f'Ablation: {len(cells)} runs ({len(cells) - len(todo)} already finished), '
-          f'{config.ablation.num_seeds} seed(s) each, in {workdir}.')
+          f'{grid(config).num_seeds} seed(s) each, in {workdir}.')
   started, durations = time.perf_counter(), []
   for i, cell in enumerate(todo):
     run_dir, t0 = os.path.join(workdir, cell.name), time.perf_counter()
     console(f'[{len(cells) - len(todo) + i + 1}/{len(cells)}] {cell.name}')
     run_config = cell_config(config, cell)
     try:
-      validation.check_model(run_config)
+      run_config.check_model()
     except ValueError as e:  # e.g. a bias scheme with linear attention
       console(f'  not applicable: {e}')
       _mark_not_applicable(run_dir, cell, str(e))
@@ -206,7 +237,7 @@ def build_report(config: ml_collections.ConfigDict, workdir: str, cells: list[Ce
           if (r := report_lib.load_run(os.path.join(workdir, c.name), c.name)) is not None]
   missing = len(cells) - len(runs)
   extra = f'**{missing} of {len(cells)} runs have not finished yet.**' if missing else ''
-  if config.ablation.get('report_memory', False):
+  if grid(config).report_memory:
     by_name = {c.name: c for c in cells}
     for run in runs:
       if run.summary:
@@ -216,4 +247,4 @@ def build_report(config: ml_collections.ConfigDict, workdir: str, cells: list[Ce
     return ''
   return report_lib.write_report(workdir, runs, command=command,
                                  config_json=config.to_json_best_effort(indent=1),
-                                 reference=config.ablation.reference, extra=extra)
+                                 reference=grid(config).reference, extra=extra)

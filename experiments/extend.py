@@ -12,6 +12,7 @@ evaluates).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
@@ -20,7 +21,7 @@ import ml_collections
 import numpy as np
 
 import rope
-from settings import lists
+import settings
 import storage
 from experiments import plots
 from experiments import report as report_lib
@@ -28,47 +29,70 @@ from experiments import stats
 from training import evaluation
 from training import trainer
 from training import validation
+from training.config import RunConfig, run_config
 from training.metrics import console
 
 REPORT_FILE, RESULTS_FILE, PLOT_FILE = 'report.md', 'extend.json', 'extend.png'
 
 
-def check(config: ml_collections.ConfigDict) -> tuple[list[str], list[int]]:
+R = settings.Role.RESULTS
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ExtendConfig:
+  """The ``extend`` group: the scaling variants and lengths, and the trained run's members."""
+
+  # rope.scaling kinds, set at evaluation.
+  variants: tuple[str, ...] = settings.setting(rope.SCALING_KINDS, R, items=str,
+                                               example='linear,yarn')
+  # Evaluation lengths (the probe's test splits), above data.max_length.
+  lengths: tuple[int, ...] = settings.setting((128, 256, 512, 1024), R, items=int,
+                                              example='128,256')
+  # Peak learning rates of the trained run; the rate is chosen on validation.
+  learning_rates: tuple[float, ...] = settings.setting((1e-3,), R, items=float,
+                                                       example='1e-3,3e-3')
+  num_seeds: int = settings.setting(8, R)  # Seeds, trained together; every variant sees all.
+
+  def __post_init__(self):
+    unknown = [v for v in self.variants if v not in rope.SCALING_KINDS]
+    if not self.variants or unknown:
+      raise ValueError(f'extend.variants={",".join(self.variants)!r}: give comma-separated '
+                       f'rope.scaling kinds among {", ".join(rope.SCALING_KINDS)}.')
+
+
+def group() -> ml_collections.ConfigDict:
+  """The ``extend`` group's defaults, for a config file to change."""
+  return settings.group_dict(ExtendConfig)
+
+
+def check(config: ml_collections.ConfigDict) -> tuple[tuple[str, ...], tuple[int, ...]]:
   """(variants, lengths) of ``config.extend``, checked before anything is trained."""
-  e, train_length = config.extend, config.data.max_length
-  variants = lists.parse(e.variants, 'extend.variants', example='linear,yarn')
-  unknown = [v for v in variants if v not in rope.SCALING_KINDS]
-  if not variants or unknown:
-    raise ValueError(f'extend.variants={e.variants!r}: give comma-separated rope.scaling kinds '
-                     f'among {", ".join(rope.SCALING_KINDS)}.')
-  lengths = lists.parse(e.lengths, 'extend.lengths', int, example='128,256')
-  if not lengths or any(n <= train_length for n in lengths):
-    raise ValueError(f'extend.lengths={e.lengths!r}: give comma-separated evaluation lengths '
-                     f'above the training length data.max_length={train_length}.')
-  if config.model.position != 'rotary':
-    raise ValueError(f'model.position={config.model.position!r}: the extension study varies '
+  e = settings.build_group(ExtendConfig, config.extend, 'extend')
+  train = train_config(config)
+  if not e.lengths or any(n <= train.data.max_length for n in e.lengths):
+    raise ValueError(f'extend.lengths={",".join(map(str, e.lengths))!r}: give comma-separated '
+                     'evaluation lengths above the training length '
+                     f'data.max_length={train.data.max_length}.')
+  if train.model.position != 'rotary':
+    raise ValueError(f'model.position={train.model.position!r}: the extension study varies '
                      "RoPE's scaling, so it needs model.position=rotary.")
-  validation.check_run_fields(train_config(config))
-  return variants, lengths
+  return e.variants, e.lengths
 
 
-def train_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+def train_config(config: ml_collections.ConfigDict) -> RunConfig:
   """The trained run's config: the base config with the study's seeds and rates."""
-  base = config.to_dict()
-  extend = base.pop('extend')
-  c = ml_collections.ConfigDict(base, type_safe=True)
-  c.train.num_seeds = extend['num_seeds']
-  c.optim.learning_rates = extend['learning_rates']
-  return c
+  e = settings.build_group(ExtendConfig, config.extend, 'extend')
+  return settings.replace(run_config(config), {'train.num_seeds': e.num_seeds,
+                                               'optim.learning_rates': e.learning_rates})
 
 
-def overrides_for(variant: str, length: int, train_length: int) -> dict[str, str]:
+def overrides_for(variant: str, length: int, train_length: int) -> dict[str, Any]:
   """eval.py's overrides of one variant at one evaluation length."""
   if variant == 'none':
     return {}
   factor = 1.0 if variant == 'dynamic_ntk' else length / train_length
-  return {'rope.scaling': variant, 'rope.scaling_factor': str(factor),
-          'rope.original_max_length': str(train_length)}
+  return {'rope.scaling': variant, 'rope.scaling_factor': factor,
+          'rope.original_max_length': train_length}
 
 
 def evaluate(train_dir: str, variants: list[str], lengths: list[int],

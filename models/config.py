@@ -1,12 +1,12 @@
 """``ModelConfig``: the validated, frozen model description.
 
-Built in one line from the experiment config (``configs/default.py`` declares and explains every
-field of the ``model`` group):
+``ModelSettings`` is the ``model`` group of a run config, each field declared (default, comment,
+role) once here; ``ModelConfig`` adds the rest of what defines a model, in one line:
 
-    ModelConfig(**config.model, rope=rope.RopeConfig(**config.rope), task=config.train.task,
-                vocab_size=info.vocab_size, num_classes=info.num_classes)
+    ModelConfig.of(config.model, rope=config.rope, task=config.train.task,
+                   vocab_size=info.vocab_size, num_classes=info.num_classes)
 
-Size fields left at None take the preset ``size``'s value (``embedding_size``: ``hidden_size``).
+Size fields left at None take the preset ``size``'s value (``ModelSettings.sizes``).
 Every field is checked here (the position options by ``models.positions``), so a bad experiment
 fails before anything is traced. Hashable: a static jit argument and part of the graphdef.
 """
@@ -20,6 +20,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 import rope
+import settings
 from models import positions
 
 # What the model is trained to do (``train.task``): classify a text, or language modelling, masked
@@ -68,8 +69,71 @@ def _rate(field: str, value: float) -> None:
     raise ValueError(f'{field} must be in [0, 1), got {value!r}.')
 
 
+P, R, T = settings.Role.PARAMETERS, settings.Role.RESULTS, settings.Role.RUNTIME
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class ModelConfig:
+class ModelSettings:
+  """The ``model`` group: the encoder's settings, each with its default and role."""
+
+  size: str = settings.setting('tiny', P)  # Preset: 'tiny' (tests), 'small', 'base' (RoFormer-base).
+  # Position scheme: none | sinusoidal | learned | shaw | t5 | alibi | rotary.
+  position: str = settings.setting('rotary', P)
+  attention: str = settings.setting('softmax', P)  # Attention kind: softmax | linear (paper eq. 19).
+  # Softmax attention: 'explicit' (written out), 'xla' or 'cudnn' (jax.nn.dot_product_attention;
+  # cudnn: fused flash attention on NVIDIA GPUs), 'chunked' (blocks with an online softmax, memory
+  # linear in the length: long inputs on CPU/TPU), 'splash' / 'pallas_flash' (Pallas TPU kernels;
+  # splash: no bias schemes; pallas_flash: also alibi/t5/shaw as a dense bias; interpret mode,
+  # slow, off TPU), 'auto' (explicit on CPU, xla elsewhere). The same numbers up to rounding.
+  attention_impl: str = settings.setting('auto', T, evaluation=True)
+  # Queries and keys per block with attention_impl='chunked'.
+  attention_chunk_size: int = settings.setting(512, T, evaluation=True)
+  # Sizes; None takes the preset's value (embedding_size: hidden_size), see ``sizes``.
+  num_layers: int | None = settings.setting(None, P)  # Encoder layers.
+  hidden_size: int | None = settings.setting(None, P)  # Model width.
+  num_heads: int | None = settings.setting(None, P)  # Attention heads.
+  mlp_dim: int | None = settings.setting(None, P)  # Feed-forward width.
+  # Token-embedding width (projected to hidden_size if different).
+  embedding_size: int | None = settings.setting(None, P)
+  dropout_rate: float = settings.setting(0.1, R)  # Dropout on embeddings, attention output and FFN.
+  attention_dropout_rate: float = settings.setting(0.0, R)  # Dropout on attention probabilities.
+  norm: str = settings.setting('post', P)  # 'post' (BERT/RoFormer) or 'pre' LayerNorm.
+  layer_norm_eps: float = settings.setting(1e-12, R)  # LayerNorm epsilon (as BERT/RoFormer).
+  init_std: float = settings.setting(0.02, R)  # Std of the normal init of all weights (as BERT).
+  # Classification pooling: 'cls' (first token) or 'mean' (over real tokens).
+  pooling: str = settings.setting('cls', R)
+  # Sentence pairs encoded one text at a time by the shared encoder, the head reading
+  # [u, v, u*v, u-v] of their pooled vectors (LRA Retrieval's two towers); False: one joint input.
+  dual_encoder: bool = settings.setting(False, R)
+  # Token-type embeddings (2 in Hugging Face RoFormer checkpoints; 0 = none).
+  type_vocab_size: int = settings.setting(0, P)
+  # Positions the `learned` scheme has embeddings for; longer inputs raise. A fine-tune may
+  # change it (training/init_from.py resizes the table), so it is not a parameter-shaping field.
+  max_length: int = settings.setting(512, R)
+  # Compute dtype: 'float32' or 'bfloat16' (parameters stay float32).
+  dtype: str = settings.setting('float32', R)
+  remat: bool = settings.setting(False, T)  # Rematerialise each layer (jax.checkpoint): memory.
+  shaw_max_distance: int = settings.setting(16, P)  # Shaw et al. (2018): distances clipped at +-k.
+  shaw_values: bool = settings.setting(False, P)  # Shaw: also add relative representations to values.
+  t5_num_buckets: int = settings.setting(32, P)  # T5 bias: buckets (bidirectional: half per direction).
+  # T5 bias: distance beyond which all share the last bucket: the training length (data.max_length)
+  # so that every bucket is trained; the T5 paper's value is 128.
+  t5_max_distance: int = settings.setting(64, R)
+  # Linear attention feature map phi: 'elu+1' or 'relu'.
+  linear_feature_map: str = settings.setting('elu+1', R)
+
+  def sizes(self) -> dict[str, int]:
+    """The size fields, each None taken from the preset ``size`` (the one place presets are
+    resolved)."""
+    _choice('model.size', self.size, tuple(PRESETS))
+    out = {name: preset if getattr(self, name) is None else getattr(self, name)
+           for name, preset in zip(SIZED_FIELDS, PRESETS[self.size])}
+    out['embedding_size'] = self.embedding_size or out['hidden_size']
+    return out
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ModelConfig(ModelSettings):
   """Everything that defines the model: the ``model`` and ``rope`` groups and the data's sizes.
 
   ``deterministic``: no dropout (evaluation); otherwise dropout keys come from the call's rngs.
@@ -77,44 +141,20 @@ class ModelConfig:
 
   vocab_size: int
   num_classes: int
-  size: str
   task: str = 'classify'
-  position: str
-  attention: str
-  attention_impl: str
-  attention_chunk_size: int
-  num_layers: int | None
-  hidden_size: int | None
-  num_heads: int | None
-  mlp_dim: int | None
-  embedding_size: int | None
-  dropout_rate: float
-  attention_dropout_rate: float
-  norm: str
-  layer_norm_eps: float
-  init_std: float
-  pooling: str
-  dual_encoder: bool
-  type_vocab_size: int
-  max_length: int
-  dtype: str
-  remat: bool
-  shaw_max_distance: int
-  shaw_values: bool
-  t5_num_buckets: int
-  t5_max_distance: int
-  linear_feature_map: str
-  rope: rope.RopeConfig
+  rope: rope.RopeConfig = dataclasses.field(default_factory=rope.RopeConfig)
   deterministic: bool = False
 
+  @classmethod
+  def of(cls, model: ModelSettings, **more: Any) -> ModelConfig:
+    """The model of ``model`` (the group) with the rest (rope, task, the data's sizes)."""
+    return cls(**{f.name: getattr(model, f.name) for f in settings.declared(ModelSettings)},
+               **more)
+
   def __post_init__(self):
-    _choice('model.size', self.size, tuple(PRESETS))
     _choice('train.task', self.task, TASKS)
-    for name, preset in zip(SIZED_FIELDS, PRESETS[self.size]):
-      if getattr(self, name) is None:
-        object.__setattr__(self, name, preset)
-    if self.embedding_size is None:
-      object.__setattr__(self, 'embedding_size', self.hidden_size)
+    for name, value in self.sizes().items():
+      object.__setattr__(self, name, value)
     self._check()
     positions.validate(self)
 

@@ -11,7 +11,7 @@ Main entry points:
 Shape suffixes (``x_BxLxHxD``) follow the legend in docs/shapes.md.
 """
 
-from rope.config import (EVALUATION_FIELDS, LAYOUTS, SCALING_KINDS, SCALINGS_WITH_LENGTH,
+from rope.config import (LAYOUTS, SCALING_KINDS, SCALINGS_WITH_LENGTH,
                          RopeConfig, check_rotary_dim)
 from rope.decay import decay_bound
 from rope.frequencies import inv_frequencies

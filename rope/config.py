@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import settings
+
 LAYOUTS = ('interleaved', 'half')
 SCALING_KINDS = ('none', 'linear', 'ntk', 'dynamic_ntk', 'yarn', 'llama3')
 YARN_RAMPS = ('reference', 'paper')
@@ -17,10 +19,10 @@ def _choice(field: str, value, choices) -> None:
 
 
 def _setting(default, *, at_evaluation: bool):
-  """A field, with whether it may change when a trained model is evaluated (``eval.py
-  --override``): the frequency-scaling fields extend a trained context; the others decide how the
-  trained query/key (and value) weights are read, so changing them misreads the model."""
-  return dataclasses.field(default=default, metadata={'at_evaluation': at_evaluation})
+  """A RoPE field changes results; only the frequency-scaling family may change when a trained
+  model is evaluated (it extends a trained context): the others decide how the trained
+  query/key (and value) weights are read, so changing them misreads the model."""
+  return settings.setting(default, settings.Role.RESULTS, evaluation=at_evaluation)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -95,9 +97,6 @@ class RopeConfig:
             if getattr(self, name) != getattr(default, name)]
 
 
-# The fields ``eval.py --override`` may change (the scaling family); the rest shape the model.
-EVALUATION_FIELDS = tuple(f.name for f in dataclasses.fields(RopeConfig)
-                          if f.metadata['at_evaluation'])
 # Scalings that read rope.original_max_length.
 SCALINGS_WITH_LENGTH = ('dynamic_ntk', 'yarn', 'llama3')
 

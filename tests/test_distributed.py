@@ -9,6 +9,7 @@ Each test starts fresh Python processes (the device count is fixed when JAX star
   * a lost process (SIGKILL): the other stops with an error within the heartbeat timeout.
 """
 
+import dataclasses
 import json
 import os
 import signal
@@ -21,8 +22,10 @@ import jax
 import numpy as np
 import pytest
 
+import settings
 from data import datasets
 from training import checkpoints, metrics, partitioning, validation
+from training.config import MeshConfig, run_config as run_config_of
 from training.experiment import Experiment
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -30,7 +33,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.fixture
 def data_dir(tfds_dir, run_config):
-  datasets.load(run_config().data, None)  # generate before processes race to do it
+  datasets.load(run_config_of(run_config()).data, None)  # generate before processes race
   return tfds_dir
 
 
@@ -92,8 +95,8 @@ def _wait_for_step(workdir, step, procs, timeout=300):
 def _params(workdir, step):
   """Restores ``step`` of a workdir in this process (1 device), whatever mesh wrote it."""
   config = validation.load_config(workdir)
-  config.mesh = partitioning.fit_to_devices(config.mesh)
-  exp = Experiment(config, workdir)
+  exp = Experiment(dataclasses.replace(config, mesh=partitioning.fit_to_devices(config.mesh)),
+                   workdir)
   ckpt = checkpoints.Checkpointer(workdir, 5)
   state = ckpt.restore(step, exp.abstract_with_shardings())
   ckpt.close()
@@ -212,30 +215,25 @@ def test_lost_process_stops_the_other_with_an_error(tmp_path, data_dir):
   print(f'surviving process stopped {elapsed:.1f} s after its peer was killed:\n{log[-1500:]}')
 
 
-def test_logical_rules_and_mesh_config_errors(run_config):
-  config = run_config()
-  rules = dict(partitioning.logical_rules(config.mesh))
+def test_logical_rules_and_mesh_config_errors():
+  mesh_config = lambda **fields: settings.build_group(MeshConfig, fields, 'mesh')
+  rules = dict(partitioning.logical_rules(mesh_config()))
   assert rules == {'batch': ('data', 'fsdp'), 'length': None, 'embed': 'fsdp', 'heads': 'tensor',
                    'kv': None, 'mlp': 'tensor', 'vocab': 'tensor', 'classes': None}
-  config.mesh.rules = 'vocab=, embed=fsdp+tensor'
-  rules = dict(partitioning.logical_rules(config.mesh))
+  rules = dict(partitioning.logical_rules(mesh_config(rules='vocab=, embed=fsdp+tensor')))
   assert rules['vocab'] is None and rules['embed'] == ('fsdp', 'tensor')
   for bad, message in (('vocab', 'must be <logical>=<mesh axes>'),
                        ('vocabulary=tensor', 'must be <logical>=<mesh axes>'),
                        ('vocab=model', 'unknown mesh axes')):
-    config.mesh.rules = bad
     with pytest.raises(ValueError, match=message):
-      partitioning.logical_rules(config.mesh)
-  config.mesh.rules = ''
-  config.mesh.fsdp = 2
+      partitioning.logical_rules(mesh_config(rules=bad))
   with pytest.raises(ValueError, match='does not divide the 1 devices'):
-    partitioning.make_mesh(config.mesh)
-  config.mesh.update(data=1, fsdp=1, tensor=1, dcn_data=2)
+    partitioning.make_mesh(mesh_config(fsdp=2))
+  across = mesh_config(data=1, fsdp=1, tensor=1, dcn_data=2)
   with pytest.raises(ValueError, match='dcn'):
-    partitioning.make_mesh(config.mesh)
-  assert partitioning.fit_to_devices(config.mesh).dcn_data == 1  # evaluation on other hardware
-  config.mesh.dcn_data = 1
-  mesh = partitioning.make_mesh(config.mesh)
+    partitioning.make_mesh(across)
+  assert partitioning.fit_to_devices(across).dcn_data == 1  # evaluation on other hardware
+  mesh = partitioning.make_mesh(mesh_config(data=1))
   assert partitioning.process_rows(mesh, 16) == (0, 1)
 
 
@@ -258,4 +256,4 @@ def test_per_device_batch_size_fits_256_devices(tmp_path, data_dir):
   both = tiny.get_config()
   both.train.per_device_batch_size = 2
   with pytest.raises(ValueError, match='exactly one of train.batch_size'):
-    validation.check_run_fields(both)
+    run_config_of(both)

@@ -7,7 +7,8 @@ import os
 import pytest
 import tensorflow as tf
 
-from training import trainer, validation
+from training import trainer
+from training.config import run_config as typed
 
 
 def _tags(event_dir):
@@ -41,7 +42,7 @@ def test_profile_hparams_and_offline_wandb(run_config, tmp_path, monkeypatch):
 
 
 def test_hparams_are_flat_scalars(run_config):
-  flat = trainer.hparams(run_config())
+  flat = trainer.hparams(typed(run_config()))
   assert flat['model.position'] == 'rotary' and flat['train.num_steps'] > 0
   assert all(isinstance(v, (bool, int, float, str)) for v in flat.values())
 
@@ -49,4 +50,4 @@ def test_hparams_are_flat_scalars(run_config):
 @pytest.mark.parametrize('spec', ['3', 'a:b', '5:2', '0:1'])
 def test_bad_profile_window_is_refused(run_config, spec):
   with pytest.raises(ValueError, match='train.profile_steps'):
-    validation.check_run_fields(run_config(**{'train.profile_steps': spec}))
+    typed(run_config(**{'train.profile_steps': spec}))

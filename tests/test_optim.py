@@ -6,8 +6,10 @@ import numpy as np
 import optax
 import pytest
 
+import settings
 from configs import default
 from training import optim
+from training.config import OptimConfig
 
 
 def test_schedule_warmup_then_decay():
@@ -68,11 +70,10 @@ def test_injected_peak_rate_and_position_multiplier():
   jax.tree.map(lambda a, b: np.testing.assert_allclose(b, 3 * a, rtol=1e-6), base, faster)
   np.testing.assert_allclose(base['positions']['embedding'], 10 * base['layers']['kernel'],
                              rtol=1e-6)
-  o.learning_rates = '3e-4, 1e-3'
-  assert optim.learning_rates(o) == [3e-4, 1e-3]
-  o.learning_rates = '1e-3,nan'
+  rates = lambda text: settings.build_group(OptimConfig, {'learning_rates': text}, 'optim')
+  assert optim.learning_rates(rates('3e-4, 1e-3')) == [3e-4, 1e-3]
   with pytest.raises(ValueError, match='finite and > 0'):
-    optim.learning_rates(o)
+    rates('1e-3,nan')
 
 
 def test_rsqrt_schedule_is_lras_linear_warmup_times_rsqrt_decay():

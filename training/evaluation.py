@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import typing
 from typing import Any, Sequence
 
 import jax
-import ml_collections
 import numpy as np
 
 import rope
+import settings
+import storage
 from data import datasets
 from settings import lists
-import storage
 from training import checkpoints
 from training import optim
 from training import partitioning
 from training import validation
+from training.config import EVALUATION_FIELDS, RunConfig
 from training.experiment import Experiment
 
 EVAL_FILE = 'eval.json'
@@ -33,15 +36,11 @@ def parse_lengths(text: str) -> list[int]:
   return lengths
 
 
-# Config fields an evaluation may change: none of them changes a parameter or how it is read
-# (the RoPE fields by their declared role, rope.config).
-EVAL_OVERRIDES = (*(f'rope.{name}' for name in rope.EVALUATION_FIELDS), 'data.max_length',
-                  'model.attention_impl', 'model.attention_chunk_size', 'train.eval_batch_size')
 
-
-def parse_overrides(items: Sequence[str]) -> dict[str, str]:
-  """['rope.scaling=yarn', ...] -> {'rope.scaling': 'yarn', ...}; refuses other fields, naming
-  them, because they would change the parameters, how they are read, or what was trained."""
+def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
+  """['rope.scaling=yarn', ...] -> {'rope.scaling': 'yarn', ...}, each value typed as its field;
+  refuses other fields, naming them, because they would change the parameters, how they are
+  read, or what was trained."""
   overrides = {}
   for item in items:
     key, sep, value = item.partition('=')
@@ -52,53 +51,49 @@ def parse_overrides(items: Sequence[str]) -> dict[str, str]:
     if key in overrides:
       raise ValueError(f'--override gives {key} twice ({overrides[key]!r} and {value.strip()!r}): '
                        'give each field once.')
-    if key not in EVAL_OVERRIDES:
+    if key not in EVALUATION_FIELDS:
       why = ('is part of how the trained query/key (or value) weights are read, so a model '
              'evaluated with another value is misread (to stretch the trained frequencies, use '
              'rope.scaling, e.g. ntk)' if key.startswith('rope.') else
              'would change the parameters or what was trained')
       raise ValueError(f'--override={item!r}: {key} cannot change at evaluation: it {why}. An '
-                       f'evaluation may override {", ".join(EVAL_OVERRIDES)}; retrain (or '
+                       f'evaluation may override {", ".join(EVALUATION_FIELDS)}; retrain (or '
                        'fine-tune) for anything else.')
-    overrides[key] = value.strip()
+    overrides[key] = _typed(key, value.strip())
   return overrides
 
 
-def _typed(config: ml_collections.ConfigDict, key: str, text: str) -> Any:
-  """The override's text as the type of the field it replaces."""
+def _typed(key: str, text: str) -> Any:
+  """The override's text as the type its field declares."""
   group, _, field = key.partition('.')
-  if group not in config or field not in config[group]:
-    raise ValueError(f'--override: {key} is not a field of this run\'s config (config.json).')
-  current = config[group][field]
-  if text.lower() in ('none', 'null'):
+  hint = typing.get_type_hints(settings.groups(RunConfig)[group])[field]
+  kind = next(k for k in typing.get_args(hint) or (hint,) if k is not type(None))
+  if text.lower() in ('none', 'null') and kind is not hint:  # an optional field
     return None
-  if isinstance(current, bool):
+  if kind is bool:
     if text.lower() not in ('true', 'false'):
       raise ValueError(f'--override={key}={text}: {key} is true or false.')
     return text.lower() == 'true'
-  kind = type(current) if current is not None else int  # placeholders: rope.rotary_dim
   try:
     return kind(text)
   except ValueError:
     raise ValueError(f'--override={key}={text}: {key} takes a {kind.__name__}.') from None
 
 
-def apply_overrides(config: ml_collections.ConfigDict, overrides: dict[str, str]
-                    ) -> dict[str, Any]:
-  """Sets the (already parsed) overrides on a workdir's config, typed as its fields, and checks
-  the result as training checks a config. A scaling that reads rope.original_max_length, switched
-  on here for a model trained without one, gets the run's training length unless it is given.
-  Returns the overrides as applied (typed, that default included)."""
+def apply_overrides(config: RunConfig, overrides: dict[str, Any]
+                    ) -> tuple[RunConfig, dict[str, Any]]:
+  """A workdir's config with the (already parsed and typed) overrides, checked as training
+  checks a config. A scaling that reads rope.original_max_length, switched on here for
+  a model trained without one, gets the run's training length unless it is given. Returns it
+  and the overrides as applied (typed, that default included)."""
   scaling_on = (overrides.get('rope.scaling', config.rope.scaling) in rope.SCALINGS_WITH_LENGTH
                 and config.rope.scaling not in rope.SCALINGS_WITH_LENGTH)
-  typed = {k: _typed(config, k, v) for k, v in overrides.items()}
+  typed = dict(overrides)
   if scaling_on and 'rope.original_max_length' not in typed:
     typed['rope.original_max_length'] = config.data.max_length
-  config.update_from_flattened_dict(typed)
-  if typed:  # the run's own config passed when it trained
-    validation.check_run_fields(config)
-    validation.check_model(config)
-  return typed
+  config = settings.replace(config, typed)
+  config.check_model()
+  return config, typed
 
 
 def parse_checkpoint(text: str) -> str | int:
@@ -114,7 +109,7 @@ def parse_checkpoint(text: str) -> str | int:
 
 def evaluate_workdir(workdir: str, *, checkpoint: str = 'best', split: str = 'test',
                      eval_lengths: Sequence[int] = (),
-                     overrides: dict[str, str] | None = None,
+                     overrides: dict[str, Any] | None = None,
                      members: Sequence[int] | None = None) -> dict[str, Any]:
   """Evaluates a checkpoint ('best' by validation accuracy, 'latest' or a step) of ``workdir``:
   ``split`` at the training length, then each of ``eval_lengths`` on the dataset's split for
@@ -129,11 +124,12 @@ def evaluate_workdir(workdir: str, *, checkpoint: str = 'best', split: str = 'te
   if members is None and overrides and len(set(optim.learning_rates(config.optim))) > 1:
     # A sweep's rate is chosen as in training, on validation without the overrides.
     members = evaluate_workdir(workdir, checkpoint=checkpoint, split='validation')['members']
-  applied = apply_overrides(config, overrides or {})
+  config, applied = apply_overrides(config, overrides or {})
   _check_lengths(config, eval_lengths)
   ckpt = checkpoints.Checkpointer(workdir, config.train.keep_checkpoints, read_only=True)
   _check_checkpoint(ckpt, which, workdir, config)
-  config.mesh = partitioning.fit_to_devices(config.mesh)  # other hardware than in training
+  # other hardware than in training
+  config = dataclasses.replace(config, mesh=partitioning.fit_to_devices(config.mesh))
   exp = Experiment(config, workdir)
   splits = _splits(exp, split, eval_lengths)
   abstract = exp.abstract_with_shardings()
@@ -166,7 +162,7 @@ def write_results(results: dict[str, Any], path: str | None) -> str:
   return path
 
 
-def _check_lengths(config: ml_collections.ConfigDict, eval_lengths: Sequence[int]) -> None:
+def _check_lengths(config: RunConfig, eval_lengths: Sequence[int]) -> None:
   too_long = [n for n in eval_lengths if n > config.model.max_length]
   if config.model.position == 'learned' and too_long:
     raise ValueError(f'This model (model.position=learned) has position embeddings for '
@@ -177,7 +173,7 @@ def _check_lengths(config: ml_collections.ConfigDict, eval_lengths: Sequence[int
 
 
 def _check_checkpoint(ckpt: checkpoints.Checkpointer, which: str | int, workdir: str,
-                      config: ml_collections.ConfigDict) -> None:
+                      config: RunConfig) -> None:
   if not (steps := ckpt.all_steps()):
     raise FileNotFoundError(f'No checkpoint in {workdir!r} yet: train first (train.py '
                             f'--workdir={workdir}), or wait for its first checkpoint '

@@ -21,6 +21,7 @@ from training import partitioning
 from training import metrics
 from training import steps as steps_lib
 from training import validation
+from training.config import RunConfig, run_config
 
 
 def _device_memory() -> float:
@@ -39,9 +40,9 @@ class Experiment:
   """A run's data, model, steps and shardings over ``mesh`` (from ``validation.validate``; by
   default the config's mesh over all devices)."""
 
-  def __init__(self, config: ml_collections.ConfigDict, workdir: str,
+  def __init__(self, config: RunConfig | ml_collections.ConfigDict, workdir: str,
                mesh: jax.sharding.Mesh | None = None):
-    self.config = config
+    self.config = config = run_config(config)
     self.workdir = workdir
     self.mesh = mesh = validation.check_devices(config) if mesh is None else mesh
     self.batch_size = validation.global_batch_size(config, mesh)  # global, every process

@@ -12,25 +12,22 @@ import math
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import optax
 
-from settings import lists
 
 SCHEDULES = ('cosine', 'linear', 'constant', 'rsqrt')
 
 
-def learning_rates(optim: ml_collections.ConfigDict) -> list[float]:
+def learning_rates(optim) -> list[float]:
   """The peak learning rates a run trains: ``optim.learning_rates`` or ``optim.learning_rate``."""
-  rates = lists.parse(optim.learning_rates, 'optim.learning_rates', float,
-                      example='3e-4,1e-3,3e-3')
+  rates = list(optim.learning_rates)
   for rate in rates:
     if not (math.isfinite(rate) and rate > 0):
       raise ValueError(f'optim.learning_rates holds {rate}: every rate must be finite and > 0.')
   return rates or [float(optim.learning_rate)]
 
 
-def schedule_shape(optim: ml_collections.ConfigDict, num_updates: int) -> optax.Schedule:
+def schedule_shape(optim, num_updates: int) -> optax.Schedule:
   """The learning rate over updates divided by its peak: linear warmup to 1, then cosine/linear
   decay to ``optim.end_lr_factor``, constant, or 'rsqrt': sqrt(warmup / t) (the Transformer's
   and Long Range Arena's ``linear_warmup * rsqrt_decay``)."""
@@ -63,7 +60,7 @@ def position_mask(params):
       lambda path, _: any(getattr(k, 'key', None) == 'positions' for k in path), params)
 
 
-def learning_rate_multipliers(optim: ml_collections.ConfigDict, params):
+def learning_rate_multipliers(optim, params):
   """Each parameter's learning-rate multiplier: 1 for the head (and a final LayerNorm); with
   ``optim.layer_decay`` d, layer i of L learns at d^(L - i) and everything below the layers
   (embeddings, the position scheme's tables) at d^(L + 1); ``optim.freeze_encoder``: 0 for all
@@ -82,13 +79,13 @@ def learning_rate_multipliers(optim: ml_collections.ConfigDict, params):
   return jax.tree_util.tree_map_with_path(multiplier, params)
 
 
-def _scale_per_parameter(optim: ml_collections.ConfigDict) -> optax.GradientTransformation:
+def _scale_per_parameter(optim) -> optax.GradientTransformation:
   def scale(updates, params):
     return jax.tree.map(lambda u, m: u * m, updates, learning_rate_multipliers(optim, params))
   return optax.stateless(scale)
 
 
-def make_optimizer(optim: ml_collections.ConfigDict,
+def make_optimizer(optim,
                    num_updates: int) -> tuple[optax.GradientTransformation, optax.Schedule]:
   """AdamW (+ clipping, + ``optax.MultiSteps`` accumulation) with the peak learning rate injected
   (``learning_rate`` in the state, ``optim.learning_rate`` until set), and the schedule's shape

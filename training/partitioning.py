@@ -13,11 +13,11 @@ and ``mesh.<axis>`` sizes within a slice (ICI); an axis's total size is their pr
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from typing import Any, Sequence
 
 import jax
-import ml_collections
 import numpy as np
 import optax
 from absl import logging
@@ -25,8 +25,8 @@ from flax import nnx
 from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from settings import lists
 from models import sharding as model_sharding
+from training.config import MeshConfig
 
 MESH_AXES = ('data', 'fsdp', 'tensor')
 BATCH_AXES = ('data', 'fsdp')  # the batch is split over both data-parallel axes
@@ -38,10 +38,10 @@ LOGICAL_RULES: tuple[tuple[str, Any], ...] = (
 assert {name for name, _ in LOGICAL_RULES} == set(model_sharding.LOGICAL_AXES)
 
 
-def logical_rules(mesh_config: ml_collections.ConfigDict) -> tuple[tuple[str, Any], ...]:
+def logical_rules(mesh_config: MeshConfig) -> tuple[tuple[str, Any], ...]:
   """``LOGICAL_RULES`` with the overrides of ``mesh.rules`` ('name=axis[+axis],...')."""
   rules, given = dict(LOGICAL_RULES), set()
-  for item in lists.parse(mesh_config.get('rules'), 'mesh.rules', example='vocab=,embed=fsdp'):
+  for item in mesh_config.rules:
     name, sep, axes = item.partition('=')
     name, axes = name.strip(), tuple(a.strip() for a in axes.split('+') if a.strip())
     if name in given:
@@ -58,11 +58,11 @@ def logical_rules(mesh_config: ml_collections.ConfigDict) -> tuple[tuple[str, An
   return tuple(rules.items())
 
 
-def _sizes(mesh_config: ml_collections.ConfigDict, prefix: str) -> list[int]:
-  return [int(mesh_config.get(prefix + a, 1)) for a in MESH_AXES]
+def _sizes(mesh_config: MeshConfig, prefix: str) -> list[int]:
+  return [int(getattr(mesh_config, prefix + a)) for a in MESH_AXES]
 
 
-def mesh_shape(mesh_config: ml_collections.ConfigDict, num_devices: int) -> tuple[int, ...]:
+def mesh_shape(mesh_config: MeshConfig, num_devices: int) -> tuple[int, ...]:
   """The within-slice (data, fsdp, tensor) sizes over ``num_devices`` (per slice); one may be -1
   to fill the devices."""
   sizes = _sizes(mesh_config, '')
@@ -82,7 +82,7 @@ def mesh_shape(mesh_config: ml_collections.ConfigDict, num_devices: int) -> tupl
   return tuple(sizes)
 
 
-def make_mesh(mesh_config: ml_collections.ConfigDict,
+def make_mesh(mesh_config: MeshConfig,
               devices: Sequence[jax.Device] | None = None) -> Mesh:
   """The (data, fsdp, tensor) mesh over ``devices`` (default: all), topology-aware on TPU."""
   devices = list(jax.devices() if devices is None else devices)
@@ -107,8 +107,8 @@ def make_mesh(mesh_config: ml_collections.ConfigDict,
   return Mesh(array, MESH_AXES)
 
 
-def fit_to_devices(mesh_config: ml_collections.ConfigDict,
-                   num_devices: int | None = None) -> ml_collections.ConfigDict:
+def fit_to_devices(mesh_config: MeshConfig,
+                   num_devices: int | None = None) -> MeshConfig:
   """``mesh_config`` if it fits the devices, else pure data parallelism over all of them: for
   evaluating a checkpoint on other hardware (orbax restores onto any mesh)."""
   num_devices = jax.device_count() if num_devices is None else num_devices
@@ -116,10 +116,10 @@ def fit_to_devices(mesh_config: ml_collections.ConfigDict,
     mesh_shape(mesh_config, num_devices // math.prod(_sizes(mesh_config, 'dcn_')))
     if num_devices % math.prod(_sizes(mesh_config, 'dcn_')) == 0:
       return mesh_config
-  fitted = ml_collections.ConfigDict(mesh_config.to_dict())
-  fitted.update(data=-1, fsdp=1, tensor=1, dcn_data=1, dcn_fsdp=1, dcn_tensor=1)
-  logging.warning('The mesh %s does not fit the %d devices; using %s.',
-                  mesh_config.to_dict(), num_devices, fitted.to_dict())
+  fitted = dataclasses.replace(mesh_config, data=-1, fsdp=1, tensor=1, dcn_data=1, dcn_fsdp=1,
+                               dcn_tensor=1)
+  logging.warning('The mesh %s does not fit the %d devices; using %s.', mesh_config, num_devices,
+                  fitted)
   return fitted
 
 

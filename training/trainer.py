@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import time
 from typing import Any
@@ -25,6 +24,7 @@ from training import metrics as metrics_lib
 from training import preemption
 from training import validation
 from training import workdir as workdir_lib
+from training.config import RunConfig, run_config, to_dict
 from training.experiment import Experiment
 from training.metrics import console
 
@@ -36,7 +36,7 @@ class NonFiniteLossError(RuntimeError):
   """The loss or the gradients became NaN/Inf."""
 
 
-def setup_runtime(config: ml_collections.ConfigDict, *, quiet: bool = True) -> None:
+def setup_runtime(config: RunConfig, *, quiet: bool = True) -> None:
   """For the entry points: the persistent compilation cache and, with ``quiet``, no library
   INFO logs or progress bars (TFDS, orbax)."""
   if quiet:
@@ -44,7 +44,7 @@ def setup_runtime(config: ml_collections.ConfigDict, *, quiet: bool = True) -> N
     tfds.disable_progress_bar()
   if jax.process_index() > 0:  # one log per run (process 0's); errors still reach every log
     logging.set_verbosity(logging.ERROR)
-  cache = config.get('train', {}).get('compilation_cache_dir')  # validated later, with the rest
+  cache = config.train.compilation_cache_dir
   if cache:
     path = os.path.expanduser(cache)
     jax.config.update('jax_compilation_cache_dir', path)
@@ -54,7 +54,7 @@ def setup_runtime(config: ml_collections.ConfigDict, *, quiet: bool = True) -> N
 @dataclasses.dataclass
 class _Run:
 
-  config: ml_collections.ConfigDict
+  config: RunConfig
   workdir: str
   exp: Experiment
   ckpt: checkpoints.Checkpointer
@@ -66,10 +66,12 @@ class _Run:
       default_factory=lambda: {'validation_eval': 0.0, 'test_eval': 0.0})
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+def train_and_evaluate(config: RunConfig | ml_collections.ConfigDict,
+                       workdir: str) -> dict[str, Any]:
   """Trains, evaluates periodically, checkpoints, resumes; returns the run summary (also
   ``summary.json``: per-seed accuracy on every evaluation split). The workdir is locked for the
   run's duration: a second run on it refuses to start."""
+  config = run_config(config)
   mesh = validation.validate(config, workdir)
   start_from_source = init_from.needed(config, workdir)
   if start_from_source:
@@ -109,7 +111,7 @@ def _empty(workdir: str) -> None:
         entry.rmtree() if entry.is_dir() else entry.unlink()
 
 
-def _setup(config: ml_collections.ConfigDict, workdir: str, mesh: jax.sharding.Mesh,
+def _setup(config: RunConfig, workdir: str, mesh: jax.sharding.Mesh,
            stack: contextlib.ExitStack, held: workdir_lib.Held) -> tuple[_Run, Any]:
   """Builds the run and restores its newest intact checkpoint (or initialises); ``stack`` closes
   the checkpointer (waiting for its saves) and the writers on any exit."""
@@ -147,10 +149,12 @@ def _setup(config: ml_collections.ConfigDict, workdir: str, mesh: jax.sharding.M
   return _Run(config, workdir, exp, ckpt, writer, profiler, held, start), state
 
 
-def hparams(config: ml_collections.ConfigDict) -> dict[str, Any]:
-  """The config as flat 'group.field' -> scalar (TensorBoard's HParams, Weights & Biases)."""
-  flat = validation.flatten(json.loads(config.to_json_best_effort()))
-  return {k: v if isinstance(v, (bool, int, float, str)) else str(v) for k, v in flat.items()}
+def hparams(config: RunConfig) -> dict[str, Any]:
+  """The config as flat 'group.field' -> scalar (TensorBoard's HParams, Weights & Biases; a list
+  as its command-line text)."""
+  flat = validation.flatten(to_dict(config))
+  return {k: v if isinstance(v, (bool, int, float, str)) else
+          ','.join(map(str, v)) if isinstance(v, list) else str(v) for k, v in flat.items()}
 
 
 class _TrainLog:

@@ -5,9 +5,8 @@ set at evaluation time on the same weights.
   python ablate.py --config=configs/ablation/extend.py --workdir=runs/extend
 """
 
-import ml_collections
-
 from configs.ablation import probes
+from experiments import extend
 
 
 def get_config():
@@ -15,7 +14,7 @@ def get_config():
   del c.ablation
   c.model.position = 'rotary'
   c.data.name = 'position_probes/order'
-  c.extend = e = ml_collections.ConfigDict()
+  c.extend = e = extend.group()
   e.variants = 'none,linear,ntk,dynamic_ntk,yarn,llama3'  # rope.scaling kinds, set at evaluation.
   e.lengths = '128,256,512,1024'  # Evaluation lengths (the probe's test splits): 2x to 16x.
   e.learning_rates = '1e-3,3e-3'  # As the main job; the rate is chosen on validation.

@@ -12,14 +12,13 @@ run (README) adds 1024 and 4096 tokens with ``--config.ablation.max_lengths=512,
 softmax at 4096 for rotary only (``--only``); the paper's question needs more seeds.
 """
 
-import ml_collections
-
 from configs import default
+from experiments import ablation
 
 
 def get_config():
   c = default.get_config()
-  c.ablation = a = ml_collections.ConfigDict()
+  c.ablation = a = ablation.group()
   a.positions = 'none,learned,alibi,rotary'  # model.position values.
   a.datasets = 'manpages'  # data.name values.
   a.attentions = 'softmax,linear'  # softmax vs RoFormer's eq. 19 (absolute schemes and rotary).

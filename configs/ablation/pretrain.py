@@ -10,14 +10,13 @@ perplexity at 128 (training), 256, 512 and 1024 tokens, steps to a loss threshol
 differences with rotary (Holm-corrected).
 """
 
-import ml_collections
-
 from configs import pretrain
+from experiments import ablation
 
 
 def get_config():
   c = pretrain.get_config()
-  c.ablation = a = ml_collections.ConfigDict()
+  c.ablation = a = ablation.group()
   a.positions = 'rotary,learned,sinusoidal,t5,alibi,none'  # model.position values.
   a.datasets = 'docs'  # data.name values.
   a.attentions = 'softmax'  # model.attention values.

@@ -5,16 +5,15 @@ training length and from 1.5x to 16x of it (length extrapolation, seen and unsee
   python ablate.py --config=configs/ablation/probes.py --workdir=runs/probes
 """
 
-import ml_collections
-
 from configs import default
+from experiments import ablation
 
 ALL_SCHEMES = 'none,sinusoidal,learned,shaw,t5,alibi,rotary'
 
 
 def get_config():
   c = default.get_config()
-  c.ablation = a = ml_collections.ConfigDict()
+  c.ablation = a = ablation.group()
   a.positions = ALL_SCHEMES  # The field under study: model.position values (comma-separated).
   a.datasets = 'position_probes/order'  # data.name values, one table each.
   a.attentions = 'softmax'  # model.attention values (e.g. 'softmax,linear').

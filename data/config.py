@@ -1,0 +1,110 @@
+"""``DataConfig``: the ``data`` group of a run config, each field declared (default, comment,
+role) once, and the checks that need nothing but the group."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import data
+import settings
+
+P, R, T = settings.Role.PARAMETERS, settings.Role.RESULTS, settings.Role.RUNTIME
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DataConfig:
+  """What the model reads, and how it is tokenized and batched."""
+
+  # Dataset: position_probes/<task> | listops | fortunes | imdb_reviews | glue/sst2 |
+  # ag_news_subset | yelp_polarity_reviews | files (data.DATASET_NAMES). A parameter field: the
+  # classes, and with a tokenizer trained here the vocabulary, are the dataset's.
+  name: str = settings.setting('position_probes/order', P)
+  # TFDS data_dir (prepared data; embedded builders are generated here).
+  data_dir: str | None = settings.setting(None, T)
+  # Tokens per example, including the [CLS] token; longer texts are truncated.
+  max_length: int = settings.setting(64, R, evaluation=True)
+  # 'byte' (UTF-8 bytes, no vocabulary), 'sentencepiece', 'wordpiece' (BERT's) or 'bpe'
+  # (byte-level, GPT-2's), trained offline on the training split and cached in the workdir, or
+  # 'huggingface' (data.tokenizer_path).
+  tokenizer: str = settings.setting('byte', P)
+  # Vocabulary size of the tokenizers trained here (sentencepiece, wordpiece, bpe).
+  sp_vocab_size: int = settings.setting(8000, P)
+  # data.tokenizer='huggingface': a tokenizer.json, a WordPiece vocab.txt, or a Hugging Face
+  # checkpoint directory holding one (copied into the workdir on first use).
+  tokenizer_path: str = settings.setting('', R)
+  # data.name=files: CSV/TSV/JSONL (or .txt, for language models) paths for training.
+  train_files: tuple[str, ...] = settings.setting((), R, items=str, example='train.csv,more.csv')
+  # data.name=files: validation paths (empty = hold out 10% of train).
+  validation_files: tuple[str, ...] = settings.setting((), R, items=str, example='dev.csv')
+  test_files: tuple[str, ...] = settings.setting((), R, items=str, example='test.csv')  # empty = validation
+  text_column: str = settings.setting('text', R)  # data.name=files: column/key with the text.
+  # data.name=files: column/key with the label (names or integers).
+  label_column: str = settings.setting('label', R)
+  # data.name=files: column/key of a second text (sentence pairs; '' = one text per example).
+  # Pairs are joined as [CLS] a [SEP] b [SEP] with token types 0/1 (needs model.type_vocab_size
+  # >= 2), or encoded one by one with model.dual_encoder (LRA Retrieval's two towers).
+  text_b_column: str = settings.setting('', R)
+  # data.name=files: the names of the columns of CSV/TSV files without a header row (e.g. LRA
+  # Retrieval's 'label,id1,id2,text1,text2'); empty = the first row names them.
+  columns: tuple[str, ...] = settings.setting((), R, items=str,
+                                              example='label,id1,id2,text1,text2')
+  # data.name=files: how CSV/TSV fields are quoted. 'auto': .csv files by CSV rules (a quoted
+  # field may hold the delimiter, newlines and "" for a quote), .tsv/.tab files not at all, as
+  # GLUE's are written (one row a line, a field at every tab, a quote is text); 'csv' or 'none':
+  # that rule for every CSV/TSV file.
+  quoting: str = settings.setting('auto', R)
+  # data.name=files: the labels are real numbers (STS-B-like): a one-output head trained with
+  # squared error, scored by Pearson's (ranking checkpoints) and Spearman's correlation.
+  regression: bool = settings.setting(False, R)
+  # Language models (train.task mlm/clm; data/lm.py): documents packed into rows of max_length.
+  # MLM: fraction of tokens predicted (80% [MASK], 10% random, 10% kept).
+  mask_rate: float = settings.setting(0.15, R)
+  whole_word_masking: bool = settings.setting(False, R)  # MLM: mask all the tokens of a word together.
+  # Evaluation lengths in tokens beyond data.max_length (test split as 'test_<n>'): perplexity
+  # vs evaluation length.
+  eval_lengths: tuple[int, ...] = settings.setting((), R, items=int, example='128,256')
+  # Evaluate on the first this many tokens of each split (the same text at every length).
+  eval_tokens: int = settings.setting(65536, R)
+  # Data-order seed, shared by all model seeds so seeds differ only in init and dropout.
+  seed: int = settings.setting(0, R)
+  prefetch: int = settings.setting(2, T)  # Batches prefetched by tf.data.
+  # The training split cut into this many contiguous shards, each filling an equal part of every
+  # batch with its own shuffle (data/sources.py TrainShards): a process reads only the shards its
+  # rows draw from. 1: one shuffle of the whole split, read by every process. On k hosts use a
+  # multiple of k that divides the global batch; it is part of the data order, so keep it fixed
+  # across runs you compare (the number of processes never changes the batches).
+  num_shards: int = settings.setting(1, R)
+
+  def __post_init__(self):
+    if self.max_length <= 1:
+      raise ValueError(f'data.max_length must be > 1 ([CLS] plus at least one token), got '
+                       f'{self.max_length}: pass e.g. --config.data.max_length=64.')
+    if not 0 < self.mask_rate < 1 or self.eval_tokens <= 0:
+      raise ValueError(f'data.mask_rate must be in (0, 1) and data.eval_tokens > 0, got '
+                       f'{self.mask_rate} and {self.eval_tokens}.')
+    for field, valid in (('name', data.DATASET_NAMES), ('tokenizer', data.TOKENIZERS)):
+      if getattr(self, field) not in valid:
+        raise ValueError(f'data.{field}={getattr(self, field)!r} is not valid; valid choices: '
+                         f'{", ".join(valid)}.')
+    self._check_labels()
+    if self.text_b_column and self.name != 'files':
+      raise ValueError(f'data.text_b_column={self.text_b_column!r} names a column of your own '
+                       f'files, but data.name={self.name!r}; use data.name=files or drop '
+                       'text_b_column.')
+
+  def _check_labels(self) -> None:
+    """data.regression where the labels are real numbers, and only there."""
+    fields = data.TFDS_TEXT_DATASETS.get(self.name)
+    if fields and fields.regression != self.regression:
+      raise ValueError(f'data.name={self.name!r} has '
+                       f'{"real-valued" if fields.regression else "class"} labels: set '
+                       f'data.regression={fields.regression}.')
+    if self.regression and self.name != 'files' and not fields:
+      raise ValueError(f'data.regression=True reads real-valued labels from your own files (or '
+                       f'glue/stsb), but data.name={self.name!r}; use data.name=files.')
+
+  @property
+  def pairs(self) -> bool:
+    """Each example is a pair of texts (data.text_b_column, or a GLUE pair task)."""
+    fields = data.TFDS_TEXT_DATASETS.get(self.name)
+    return bool(self.text_b_column) or bool(fields and fields.pair)

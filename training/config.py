@@ -1,0 +1,248 @@
+"""``RunConfig``: a run's settings, one frozen, typed dataclass per group (``model``: models,
+``rope``: rope, ``data``: data, ``optim``, ``train`` and ``mesh``: here), each field declared
+once with its default, comment and role (``settings``). ``configs/default.py`` is the ConfigDict
+generated from these defaults; ``run_config`` turns a ConfigDict (what ``config_flags`` fills)
+or a saved config.json back into a checked ``RunConfig``.
+
+Which fields may change on resume, between the runs of an ablation, between a pre-trained source
+and its fine-tune, or at evaluation, is derived here from the roles.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Mapping
+
+import ml_collections
+
+import models
+import rope
+import settings
+from data.config import DataConfig
+from models.config import ModelSettings
+from training import metrics
+from training import optim as optim_lib
+
+P, R, T = settings.Role.PARAMETERS, settings.Role.RESULTS, settings.Role.RUNTIME
+MEMBER_MODES = ('auto', 'vmap', 'loop')
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class OptimConfig:
+  """AdamW with warmup and decay (training/optim.py)."""
+
+  learning_rate: float = settings.setting(1e-3, R)  # Peak learning rate.
+  # Peak learning rates trained together in one vmapped run, one member per (rate, seed), e.g.
+  # '3e-4,1e-3,3e-3' (each member its own rate, injected into its optimizer state); empty trains
+  # optim.learning_rate alone.
+  learning_rates: tuple[float, ...] = settings.setting((), R, items=float,
+                                                       example='3e-4,1e-3,3e-3')
+  # Fine-tuning (train.init_from): layer i of L learns at layer_decay^(L - i) x the rate, the
+  # embeddings at layer_decay^(L + 1), the head at 1 (1.0: off; ELECTRA/BEiT use 0.65-0.9).
+  layer_decay: float = settings.setting(1.0, R)
+  # Train the classification head only (a linear probe of the encoder).
+  freeze_encoder: bool = settings.setting(False, R)
+  # The position scheme's own parameters learn at this x the rate.
+  position_lr_multiplier: float = settings.setting(1.0, R)
+  warmup_steps: int = settings.setting(50, R)  # Linear warmup steps.
+  # Decay after warmup: 'cosine', 'linear', 'constant' or 'rsqrt' (sqrt(warmup / step), LRA).
+  schedule: str = settings.setting('cosine', R)
+  end_lr_factor: float = settings.setting(0.0, R)  # Final learning rate as a fraction of the peak.
+  # AdamW decoupled weight decay (not on biases, LayerNorm or embeddings).
+  weight_decay: float = settings.setting(0.01, R)
+  b1: float = settings.setting(0.9, R)  # Adam beta1.
+  b2: float = settings.setting(0.999, R)  # Adam beta2.
+  eps: float = settings.setting(1e-8, R)  # Adam epsilon.
+  grad_clip_norm: float = settings.setting(1.0, R)  # Global-norm gradient clipping (0 = off).
+  # Gradient accumulation (optax.MultiSteps); effective batch = batch_size * this.
+  grad_accum_steps: int = settings.setting(1, R)
+
+  def __post_init__(self):
+    """Finite hyper-parameters in their ranges (a NaN passes every comparison, so test for it)."""
+    for field, ok, rule in (
+        ('learning_rate', self.learning_rate > 0, '> 0'), ('b1', 0 <= self.b1 < 1, 'in [0, 1)'),
+        ('b2', 0 <= self.b2 < 1, 'in [0, 1)'), ('eps', self.eps > 0, '> 0'),
+        ('weight_decay', self.weight_decay >= 0, '>= 0'),
+        ('grad_clip_norm', self.grad_clip_norm >= 0, '>= 0 (0: off)'),
+        ('position_lr_multiplier', self.position_lr_multiplier >= 0, '>= 0'),
+        ('end_lr_factor', 0 <= self.end_lr_factor <= 1, 'in [0, 1]'),
+        ('layer_decay', 0 < self.layer_decay <= 1, 'in (0, 1] (1: off)')):
+      value = getattr(self, field)
+      if not (math.isfinite(value) and ok):
+        raise ValueError(f'optim.{field} must be a finite number {rule}, got {value}: fix '
+                         f'--config.optim.{field}.')
+    optim_lib.learning_rates(self)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+  """The task, the seeds, the batch and the loop."""
+
+  # 'classify' (a classifier on data.name's labels), 'mlm' (BERT's masked language modelling) or
+  # 'clm' (causal language modelling: next token, causal attention) on data.name's texts.
+  task: str = settings.setting('classify', R)
+  seed: int = settings.setting(0, R)  # Seed for parameter init and dropout (data order: data.seed).
+  num_seeds: int = settings.setting(1, R)  # Train seeds seed, seed+1, ... together (batches shared).
+  # How the members (learning rate x seed) share the step: 'vmap' (all in one batched
+  # computation), 'loop' (one after another inside the step, each at single-run speed) or 'auto'
+  # (loop on CPU, where benchmarks/seeds_bench.py measures vmap slower; vmap elsewhere). The same
+  # numbers up to rounding.
+  members: str = settings.setting('auto', T)
+  batch_size: int = settings.setting(32, R)  # Global batch size (split across hosts and devices).
+  # Instead of batch_size (set it to 0; exactly one of the two): examples per data-parallel
+  # device, so the global batch is this x the devices and one command fits any slice.
+  per_device_batch_size: int = settings.setting(0, R)
+  num_steps: int = settings.setting(300, R, resume=True)  # Optimizer steps (a resume may extend).
+  # Evaluate on the validation split every this many steps (and at the end).
+  eval_every: int = settings.setting(100, R, resume=True)
+  log_every: int = settings.setting(20, T)  # Write train metrics every this many steps.
+  # Save a checkpoint every this many steps (and at the end).
+  checkpoint_every: int = settings.setting(100, T)
+  # Most recent checkpoints kept (plus the best by validation accuracy).
+  keep_checkpoints: int = settings.setting(2, T)
+  eval_batch_size: int = settings.setting(64, T, evaluation=True)  # Global evaluation batch size.
+  # Evaluate the test splits up to this length at the end (0: all).
+  eval_max_length: int = settings.setting(0, R, resume=True)
+  # On a NaN/Inf loss or gradient: False stops the run; True skips the update and counts it.
+  skip_nonfinite: bool = settings.setting(False, R, resume=True)
+  # JAX persistent compilation cache ('' = off).
+  compilation_cache_dir: str = settings.setting('~/.cache/roformer_jax/xla', T)
+  # Start from another run's weights (a train.py workdir; training/init_from.py): every parameter
+  # but the classification head ('' = a fresh start; resuming this run's own checkpoint wins).
+  init_from: str = settings.setting('', R, resume=True)
+  # With init_from: the head too (same task, e.g. a fine-tune at a longer length).
+  init_head: bool = settings.setting(False, R, resume=True)
+  # A jax.profiler trace of steps 'first:last' (e.g. '10:15') into workdir/profile ('' = none).
+  profile_steps: str = settings.setting('', T)
+  # Also log to this Weights & Biases project ('' = off; needs `pip install wandb`; set
+  # WANDB_MODE=offline to keep the run in workdir/wandb for `wandb sync`).
+  wandb_project: str = settings.setting('', T)
+
+  def __post_init__(self):
+    if ((self.batch_size > 0) == (self.per_device_batch_size > 0)
+        or min(self.batch_size, self.per_device_batch_size) < 0):
+      raise ValueError(f'Set exactly one of train.batch_size (global, got {self.batch_size}) '
+                       f'and train.per_device_batch_size (per data-parallel device, got '
+                       f'{self.per_device_batch_size}); the other must be 0, e.g. '
+                       '--config.train.batch_size=0 --config.train.per_device_batch_size=4.')
+    for name in ('num_steps', 'eval_batch_size', 'eval_every', 'log_every',
+                 'checkpoint_every', 'keep_checkpoints', 'num_seeds'):
+      if getattr(self, name) <= 0:
+        raise ValueError(f'train.{name} must be > 0, got {getattr(self, name)}: pass a positive '
+                         f'integer, e.g. --config.train.{name}={max(1, abs(getattr(self, name)) or 1)}.')
+    if self.profile_steps:
+      metrics.parse_step_window(self.profile_steps)
+    for field, value, valid in (('train.task', self.task, models.TASKS),
+                                ('train.members', self.members, MEMBER_MODES)):
+      if value not in valid:
+        raise ValueError(f'{field}={value!r} is not valid; valid choices: {", ".join(valid)}.')
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MeshConfig:
+  """The device mesh (training/partitioning.py); one axis may be -1 (fills the devices)."""
+
+  data: int = settings.setting(-1, T)  # Data-parallel axis (within a slice on multi-slice TPU).
+  # Fully sharded data-parallel axis (parameters and optimizer state sharded, batch split too).
+  fsdp: int = settings.setting(1, T)
+  tensor: int = settings.setting(1, T)  # Tensor-parallel axis (heads, MLP units and vocabulary).
+  # Multi-slice TPU: data-parallel factor across slices (total data = dcn_data * data).
+  dcn_data: int = settings.setting(1, T)
+  dcn_fsdp: int = settings.setting(1, T)  # Multi-slice TPU: FSDP factor across slices.
+  dcn_tensor: int = settings.setting(1, T)  # Multi-slice TPU: tensor-parallel factor across slices.
+  # Overrides of the logical->mesh axis table, e.g. 'vocab=,embed=fsdp+tensor'.
+  rules: tuple[str, ...] = settings.setting((), T, items=str, example='vocab=,embed=fsdp')
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunConfig:
+  """Every setting of a run; the checks that relate groups run when it is built, but the
+  model's (``check_model``): an ablation builds the runs of its grid first and marks those whose
+  model cannot be built (e.g. a bias scheme with linear attention) not applicable."""
+
+  model: ModelSettings = dataclasses.field(default_factory=ModelSettings)
+  # Rotary options (model.position == 'rotary'): rope.RopeConfig, with the paper's defaults.
+  rope: rope.RopeConfig = dataclasses.field(default_factory=rope.RopeConfig)
+  optim: OptimConfig = dataclasses.field(default_factory=OptimConfig)
+  data: DataConfig = dataclasses.field(default_factory=DataConfig)
+  train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
+  mesh: MeshConfig = dataclasses.field(default_factory=MeshConfig)
+
+  def __post_init__(self):
+    t, o = self.train, self.optim
+    if t.num_steps % o.grad_accum_steps or o.grad_accum_steps <= 0:
+      raise ValueError(f'train.num_steps={t.num_steps} must be a positive multiple of '
+                       f'optim.grad_accum_steps={o.grad_accum_steps}; change one of them.')
+    updates = t.num_steps // o.grad_accum_steps
+    # LRA Retrieval's recipe warms up for 8,000 of its 5,000 steps ('rsqrt' then only warms up).
+    if o.warmup_steps < 0 or (o.warmup_steps > updates and o.schedule != 'rsqrt'):
+      raise ValueError(f'optim.warmup_steps={o.warmup_steps} must be between 0 and the number '
+                       f'of optimizer updates ({updates}); shorten the warmup or train longer.')
+    optim_lib.schedule_shape(o, updates)  # the schedule's name
+
+  def model_config(self, *, vocab_size: int = 1, num_classes: int = 1) -> models.ModelConfig:
+    """The model of this run: the ``model`` and ``rope`` groups plus the data's sizes (1 before
+    the data is read: the checks)."""
+    return models.ModelConfig.of(self.model, rope=self.rope, task=self.train.task,
+                                 vocab_size=vocab_size, num_classes=num_classes)
+
+  def check_model(self) -> models.ModelConfig:
+    """The model and rope fields, with placeholder data sizes (the data is not read yet)."""
+    cfg, d = self.model_config(), self.data
+    if cfg.position == 'learned' and cfg.max_length < d.max_length:
+      raise ValueError(f'model.max_length={cfg.max_length} is shorter than '
+                       f'data.max_length={d.max_length}: model.position=learned has no '
+                       'embedding for the later positions. Raise model.max_length.')
+    if cfg.language_model:
+      if d.pairs:
+        raise ValueError(f'data.name={d.name!r} is a sentence-pair task; pre-train '
+                         '(train.task mlm or clm) on a corpus or a one-text dataset.')
+    elif cfg.dual_encoder and not d.pairs:
+      raise ValueError('model.dual_encoder=True encodes the two texts of a pair, but the data '
+                       'has one text per example: set data.text_b_column, or '
+                       'model.dual_encoder=False.')
+    elif d.pairs and not cfg.dual_encoder and cfg.type_vocab_size < 2:
+      raise ValueError(f'Sentence pairs ({d.name}) are joined as [CLS] a [SEP] b [SEP] with '
+                       'token types 0 and 1, so they need model.type_vocab_size >= 2 (got '
+                       f'{cfg.type_vocab_size}); or set model.dual_encoder=True to encode the '
+                       'texts one at a time.')
+    return cfg
+
+
+def derived(config_cls: type = RunConfig) -> dict[str, tuple[str, ...]]:
+  """What the roles decide: the fields a resumed run must keep; those that runs an ablation
+  compares must share (a finished cell that differs is stale); those a fine-tune's source must
+  match (train.init_from); those an evaluation may override."""
+  return {'fixed_on_resume': settings.paths(config_cls, lambda m: not m['resume']),
+          'results': settings.paths(config_cls, lambda m: m['role'] is not T),
+          'parameters': settings.paths(config_cls, lambda m: m['role'] is P),
+          'evaluation': settings.paths(config_cls, lambda m: m['evaluation'])}
+
+
+FIXED_ON_RESUME, RESULT_FIELDS, PARAMETER_FIELDS, EVALUATION_FIELDS = derived().values()
+
+
+def defaults() -> ml_collections.ConfigDict:
+  """The ConfigDict of every group's defaults (``configs/default.py``)."""
+  return settings.config_dict(RunConfig)
+
+
+def run_config(config: RunConfig | Mapping[str, Any], *, strict: bool = True) -> RunConfig:
+  """The checked ``RunConfig`` of a ConfigDict or a saved config.json's dict (``settings.build``;
+  other groups, such as ``ablation``, are the caller's). A ``RunConfig`` is returned as is."""
+  if isinstance(config, RunConfig):
+    return config
+  if not isinstance(config, (ml_collections.ConfigDict, dict)):
+    raise ValueError(f'The config is a {type(config).__name__}, not an ml_collections.ConfigDict: '
+                     'get_config() must return a ConfigDict (see configs/default.py).')
+  missing = [g for g in settings.groups(RunConfig) if g not in config]
+  if missing:
+    raise ValueError(f'The config has no {", ".join(missing)} group(s): start from '
+                     'configs/default.get_config() and change what differs.')
+  return settings.build(RunConfig, config, strict=strict)
+
+
+def to_dict(config: RunConfig) -> dict[str, Any]:
+  """The run config as JSON-able groups (config.json)."""
+  return settings.to_dict(config)
