@@ -18,9 +18,9 @@ from typing import Callable, Iterable, Iterator
 
 import jax
 import ml_collections
-import tensorflow_datasets as tfds
 
 import data
+from data import builders
 from data import corpus
 from data import files as files_lib
 from data import fortunes
@@ -73,7 +73,7 @@ def saved_info(workdir: str) -> DatasetInfo | None:
   return DatasetInfo(**dict(fields, class_names=tuple(fields['class_names'])))
 
 
-def embedded_builder(name: str, data_dir: str | None) -> tfds.core.GeneratorBasedBuilder:
+def embedded_builder(name: str, data_dir: str | None) -> builders.EmbeddedBuilder:
   """The TFDS builder of an embedded dataset (``data.EMBEDDED_DATASETS``); not prepared yet."""
   if name.startswith('position_probes/'):
     return position_probes.PositionProbes(config=name.split('/', 1)[1], data_dir=data_dir)
@@ -90,17 +90,6 @@ def embedded_builder(name: str, data_dir: str | None) -> tfds.core.GeneratorBase
   if name == 'docs':
     return corpus.Docs(config='all', data_dir=data_dir)
   raise ValueError(f'{name!r} is not an embedded dataset; valid: {data.EMBEDDED_DATASETS}')
-
-
-def _natural_lengths(builder: tfds.core.DatasetBuilder | None, splits: tuple[str, ...],
-                     max_length: int) -> dict[str, int]:
-  """Split -> length in tokens that holds its examples: fixed by generated datasets' configs,
-  ``max_length`` (truncating) for natural text."""
-  config = builder.builder_config if builder else None
-  if isinstance(config, position_probes.PositionProbesConfig):
-    return config.split_lengths()
-  length = config.max_length if isinstance(config, listops.ListOpsConfig) else max_length
-  return {split: length for split in splits}
 
 
 def load_tokenizer(data_config: ml_collections.ConfigDict, workdir: str | None,
@@ -130,7 +119,7 @@ def load_tokenizer(data_config: ml_collections.ConfigDict, workdir: str | None,
 
 
 def _source(data_config: ml_collections.ConfigDict, workdir: str | None, task: str
-            ) -> tuple[sources.Source, tfds.core.DatasetBuilder | None]:
+            ) -> tuple[sources.Source, builders.EmbeddedBuilder | None]:
   """The source of ``data.name`` (and its builder if embedded), prepared."""
   name = data_config.name
   if name == 'files' and task != 'classify':
@@ -166,7 +155,8 @@ def load(data_config: ml_collections.ConfigDict, workdir: str | None, *,
   source, builder = _source(data_config, workdir, task)
   if task != 'classify':
     return LanguageModelDataset.load(data_config, workdir, source, task)
-  lengths = _natural_lengths(builder, source.splits, data_config.max_length)
+  lengths = (builder.split_lengths(data_config.max_length) if builder
+             else dict.fromkeys(source.splits, data_config.max_length))
   if lengths['train'] > data_config.max_length:
     raise ValueError(f'{name} has training sequences of {lengths["train"]} tokens (with [CLS]); '
                      f'data.max_length={data_config.max_length} would cut them and change labels.')

@@ -20,6 +20,7 @@ import data
 from configs import default
 from configs.lra import listops as lra_listops
 from configs.lra import retrieval as lra_retrieval
+from data import builders
 from data import datasets
 from data import files as files_lib
 from data import fortunes
@@ -557,7 +558,7 @@ def test_fortunes_parsing(tmp_path):
   pairs = sorted(pair for split in examples.values() for pair in split)
   assert pairs == [('Bread\n\t-- Anon', 0), ('Eat well.', 0), ('Objection!', 1)]
   for split, split_pairs in examples.items():
-    assert all(sources.split_of(text) == split for text, _ in split_pairs)
+    assert all(builders.split_of(text) == split for text, _ in split_pairs)
   missing = fortunes.FortunesConfig(name='m', directory=str(tmp_path), categories=('art',))
   with pytest.raises(FileNotFoundError, match='apt-get install fortunes'):
     fortunes.load_examples(missing)
