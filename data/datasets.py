@@ -1,6 +1,6 @@
 """Loading a dataset by name: its info, training batches and evaluation batches.
 
-``load(data_config, workdir)`` resolves ``data.name`` (``data.DATASET_NAMES``) to a source, a
+``load(data_config, workdir)`` resolves ``data.name`` (``data.DATASETS``) to a source, a
 tokenizer and a ``DatasetInfo``, preparing embedded datasets and training SentencePiece on first
 use. Batches are dicts of NumPy arrays (``data/pipeline.py``).
 
@@ -73,23 +73,21 @@ def saved_info(workdir: str) -> DatasetInfo | None:
   return DatasetInfo(**dict(fields, class_names=tuple(fields['class_names'])))
 
 
+# The embedded builders by TFDS name: the 'name/config' of an embedded entry of data.DATASETS.
+_BUILDERS = {builder.name: builder for builder in (
+    position_probes.PositionProbes, listops.Listops, fortunes.Fortunes, manpages.Manpages,
+    manpages.ManpagePairs, corpus.Docs)}
+
+
 def embedded_builder(name: str, data_dir: str | None) -> builders.EmbeddedBuilder:
-  """The TFDS builder of an embedded dataset (``data.EMBEDDED_DATASETS``); not prepared yet."""
-  if name.startswith('position_probes/'):
-    return position_probes.PositionProbes(config=name.split('/', 1)[1], data_dir=data_dir)
-  if name == 'listops':
-    return listops.Listops(config='listops', data_dir=data_dir)
-  if name == 'listops/small':
-    return listops.Listops(config='small', data_dir=data_dir)
-  if name == 'fortunes':
-    return fortunes.Fortunes(config='topics', data_dir=data_dir)
-  if name == 'manpages':
-    return manpages.Manpages(config='kinds', data_dir=data_dir)
-  if name == 'manpages/pairs':
-    return manpages.ManpagePairs(config='pairs', data_dir=data_dir)
-  if name == 'docs':
-    return corpus.Docs(config='all', data_dir=data_dir)
-  raise ValueError(f'{name!r} is not an embedded dataset; valid: {data.EMBEDDED_DATASETS}')
+  """The TFDS builder of an embedded dataset (kind ``embedded`` in ``data.DATASETS``); not
+  prepared yet."""
+  entry = data.DATASETS.get(name)
+  if entry is None or entry.kind != 'embedded':
+    embedded = [n for n, e in data.DATASETS.items() if e.kind == 'embedded']
+    raise ValueError(f'{name!r} is not an embedded dataset; valid: {embedded}')
+  builder, config = entry.builder.split('/')
+  return _BUILDERS[builder](config=config, data_dir=data_dir)
 
 
 def load_tokenizer(data_config: ml_collections.ConfigDict, workdir: str | None,
@@ -120,30 +118,27 @@ def load_tokenizer(data_config: ml_collections.ConfigDict, workdir: str | None,
 
 def _source(data_config: ml_collections.ConfigDict, workdir: str | None, task: str
             ) -> tuple[sources.Source, builders.EmbeddedBuilder | None]:
-  """The source of ``data.name`` (and its builder if embedded), prepared."""
-  name = data_config.name
-  if name == 'files' and task != 'classify':
+  """The source of ``data.name`` by its kind (and its builder if embedded), prepared."""
+  name, entry = data_config.name, data.DATASETS.get(data_config.name)
+  if entry is None:
+    raise ValueError(f'Unknown data.name {name!r}; valid: {data.DATASET_NAMES}')
+  if entry.kind == 'embedded':
+    builder = embedded_builder(name, data_config.data_dir)
+    return sources.embedded_source(builder), builder
+  if entry.kind == 'tfds':
+    if entry.fields.corpus and task == 'classify':
+      raise ValueError(f'data.name={name!r} is an unlabelled corpus: pre-train on it with '
+                       'train.task=mlm or clm.')
+    return sources.tfds_text_source(name, data_config.data_dir), None
+  if task != 'classify':  # the user's files as documents
     return files_lib.DocumentsSource(
         train_files=data_config.train_files, validation_files=data_config.validation_files,
         test_files=data_config.test_files, text_column=data_config.text_column,
         quoting=data_config.quoting), None
-  if name in data.TFDS_CORPORA and task == 'classify':
-    raise ValueError(f'data.name={name!r} is an unlabelled corpus: pre-train on it with '
-                     'train.task=mlm or clm.')
-  builder = None
-  if name == 'files':
-    source = files_lib.FilesSource(
-        train_files=data_config.train_files, validation_files=data_config.validation_files,
-        test_files=data_config.test_files, columns=files_lib.Columns.of(data_config),
-        workdir=workdir, regression=data_config.regression)
-  elif name in data.TFDS_TEXT_DATASETS or name in data.TFDS_CORPORA:
-    source = sources.tfds_text_source(name, data_config.data_dir)
-  elif name in data.EMBEDDED_DATASETS:
-    builder = embedded_builder(name, data_config.data_dir)
-    source = sources.embedded_source(builder)
-  else:
-    raise ValueError(f'Unknown data.name {name!r}; valid: {data.DATASET_NAMES}')
-  return source, builder
+  return files_lib.FilesSource(
+      train_files=data_config.train_files, validation_files=data_config.validation_files,
+      test_files=data_config.test_files, columns=files_lib.Columns.of(data_config),
+      workdir=workdir, regression=data_config.regression), None
 
 
 def load(data_config: ml_collections.ConfigDict, workdir: str | None, *,

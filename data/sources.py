@@ -129,8 +129,9 @@ class TfdsSource:
 
 
 def tfds_text_source(name: str, data_dir: str | None) -> TfdsSource:
-  """A source for one of ``data.TFDS_TEXT_DATASETS`` or ``data.TFDS_CORPORA``, which must already be prepared in data_dir:
-  if not, FileNotFoundError saying how to prepare it (within a second, without network access)."""
+  """A source for a dataset of kind ``tfds`` (``data.DATASETS``), which must already be prepared
+  in data_dir: if not, FileNotFoundError saying how to prepare it (within a second, without
+  network access)."""
   builder = tfds.builder(name, data_dir=data_dir)
   if not builder.is_prepared():
     raise FileNotFoundError(
@@ -139,7 +140,7 @@ def tfds_text_source(name: str, data_dir: str | None) -> TfdsSource:
         f'`tfds build {name} --data_dir=DIR` (pip install tensorflow-datasets), copy '
         f'DIR/{name.split("/")[0]} into the data_dir here (data.data_dir, default '
         '~/tensorflow_datasets), or set --config.data.data_dir to a copy of DIR.')
-  return TfdsSource(builder, {**data.TFDS_TEXT_DATASETS, **data.TFDS_CORPORA}[name])
+  return TfdsSource(builder, data.DATASETS[name].fields)
 
 
 def embedded_source(builder: builders.EmbeddedBuilder) -> TfdsSource:

@@ -153,8 +153,8 @@ def check_model(config: ml_collections.ConfigDict) -> models.ModelConfig:
                      f'data.max_length={config.data.max_length}: model.position=learned has no '
                      'embedding for the later positions. Raise model.max_length.')
   if cfg.language_model:
-    if config.data.name in data.TFDS_TEXT_DATASETS and data.TFDS_TEXT_DATASETS[
-        config.data.name].pair:
+    fields = _tfds_fields(config.data.name)
+    if fields and fields.pair:
       raise ValueError(f'data.name={config.data.name!r} is a sentence-pair task; pre-train '
                        '(train.task mlm or clm) on a corpus or a one-text dataset.')
     return cfg
@@ -163,9 +163,15 @@ def check_model(config: ml_collections.ConfigDict) -> models.ModelConfig:
   return cfg
 
 
+def _tfds_fields(name: str) -> data.TextFields | None:
+  """How a labelled TFDS dataset's examples become (text, label); None for other datasets."""
+  entry = data.DATASETS.get(name)
+  return entry.fields if entry and entry.fields and not entry.fields.corpus else None
+
+
 def _check_labels(d: ml_collections.ConfigDict) -> None:
   """data.regression where the labels are real numbers, and only there."""
-  fields = data.TFDS_TEXT_DATASETS.get(d.name)
+  fields = _tfds_fields(d.name)
   if fields and fields.regression != d.regression:
     raise ValueError(f'data.name={d.name!r} has {"real-valued" if fields.regression else "class"} '
                      f'labels: set data.regression={fields.regression}.')
@@ -177,7 +183,7 @@ def _check_labels(d: ml_collections.ConfigDict) -> None:
 def _check_pairs(d: ml_collections.ConfigDict, cfg: models.ModelConfig) -> None:
   """Sentence pairs (data.text_b_column, a GLUE pair task) and the model's way of reading them
   agree."""
-  fields = data.TFDS_TEXT_DATASETS.get(d.name)
+  fields = _tfds_fields(d.name)
   pairs = bool(d.text_b_column) or bool(fields and fields.pair)
   if d.text_b_column and d.name != 'files':
     raise ValueError(f'data.text_b_column={d.text_b_column!r} names a column of your own files, '
@@ -282,7 +288,8 @@ def data_fingerprint(data_config: ml_collections.ConfigDict) -> dict[str, Any]:
   """Size and SHA-256 of each of the user's data files (data.name=files); an embedded dataset's
   version (its generator changes with the version); {} for TFDS datasets (versioned, and
   prepared elsewhere)."""
-  if data_config.name in data.EMBEDDED_DATASETS:
+  entry = data.DATASETS.get(data_config.name)
+  if entry and entry.kind == 'embedded':
     builder = datasets.embedded_builder(data_config.name, data_config.data_dir)
     return {f'{_EMBEDDED}{data_config.name}': {'version': str(builder.version)}}
   if data_config.name != 'files':
