@@ -92,9 +92,15 @@ class DataConfig:
                        f'files, but data.name={self.name!r}; use data.name=files or drop '
                        'text_b_column.')
 
+  @property
+  def _tfds_fields(self) -> data.TextFields | None:
+    """How a labelled TFDS dataset's examples become (text, label); None for other datasets."""
+    entry = data.DATASETS.get(self.name)
+    return entry.fields if entry and entry.fields and not entry.fields.corpus else None
+
   def _check_labels(self) -> None:
     """data.regression where the labels are real numbers, and only there."""
-    fields = data.TFDS_TEXT_DATASETS.get(self.name)
+    fields = self._tfds_fields
     if fields and fields.regression != self.regression:
       raise ValueError(f'data.name={self.name!r} has '
                        f'{"real-valued" if fields.regression else "class"} labels: set '
@@ -106,5 +112,5 @@ class DataConfig:
   @property
   def pairs(self) -> bool:
     """Each example is a pair of texts (data.text_b_column, or a GLUE pair task)."""
-    fields = data.TFDS_TEXT_DATASETS.get(self.name)
+    fields = self._tfds_fields
     return bool(self.text_b_column) or bool(fields and fields.pair)

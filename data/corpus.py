@@ -16,13 +16,13 @@ from __future__ import annotations
 import dataclasses
 import glob
 import os
+from typing import Iterable
 
 import tensorflow_datasets as tfds
 
+from data import builders
 from data import manpages
-from data import sources
 
-SOURCES = ('python docs', 'man page')
 PYTHON_DOCS = '/usr/share/doc/python3*/html/_sources'
 
 
@@ -57,31 +57,23 @@ def load_documents(config: DocsConfig) -> dict[str, list[tuple[str, int]]]:
       text = f.read().strip()
     if len(text.encode('utf-8')) >= config.min_bytes and text not in seen:
       seen.add(text)
-      documents[sources.split_of(text)].append((text, 0))
+      documents[builders.split_of(text)].append((text, 0))
   for split, pages in manpages.load_examples(config.manpages).items():
     documents[split] += [(text, 1) for text, _ in pages if text not in seen]
   return documents
 
 
-class Docs(tfds.core.GeneratorBasedBuilder):
+class Docs(builders.EmbeddedBuilder):
   """The Python documentation and the Linux man pages: real English text for pre-training."""
 
   VERSION = tfds.core.Version('1.0.0')
   RELEASE_NOTES = {'1.0.0': 'python3-doc reST sources and manpages/manpages-dev as text, split '
                             'by MD5 of each document.'}
   BUILDER_CONFIGS = [DocsConfig(name='all', description='Python docs and man pages.')]
+  CLASSES = ('python docs', 'man page')
+  HOMEPAGE = 'https://docs.python.org/3/'
+  CITATION = ('@misc{docs, title = {The Python documentation and the Linux man-pages}, '
+              'howpublished = {Debian packages python3-doc, manpages and manpages-dev}}')
 
-  def _info(self) -> tfds.core.DatasetInfo:
-    return sources.text_info(
-        self, tfds.features.ClassLabel(names=SOURCES), description=__doc__,
-        homepage='https://docs.python.org/3/',
-        citation='@misc{docs, title = {The Python documentation and the Linux man-pages}, '
-                 'howpublished = {Debian packages python3-doc, manpages and manpages-dev}}')
-
-  def _split_generators(self, dl_manager: tfds.download.DownloadManager):
-    del dl_manager  # Local files; nothing to download.
-    documents = load_documents(self.builder_config)
-    return {split: self._generate_examples(pairs) for split, pairs in documents.items()}
-
-  def _generate_examples(self, pairs: list[tuple[str, int]]):
-    return sources.keyed_examples(pairs)
+  def rows(self) -> dict[str, Iterable[tuple]]:
+    return load_documents(self.builder_config)

@@ -1,6 +1,6 @@
 """Loading a dataset by name: its info, training batches and evaluation batches.
 
-``load(data_config, workdir)`` resolves ``data.name`` (``data.DATASET_NAMES``) to a source, a
+``load(data_config, workdir)`` resolves ``data.name`` (``data.DATASETS``) to a source, a
 tokenizer and a ``DatasetInfo``, preparing embedded datasets and training SentencePiece on first
 use. Batches are dicts of NumPy arrays (``data/pipeline.py``).
 
@@ -18,9 +18,9 @@ from typing import Callable, Iterable, Iterator
 
 import jax
 import ml_collections
-import tensorflow_datasets as tfds
 
 import data
+from data import builders
 from data import corpus
 from data import files as files_lib
 from data import fortunes
@@ -73,34 +73,21 @@ def saved_info(workdir: str) -> DatasetInfo | None:
   return DatasetInfo(**dict(fields, class_names=tuple(fields['class_names'])))
 
 
-def embedded_builder(name: str, data_dir: str | None) -> tfds.core.GeneratorBasedBuilder:
-  """The TFDS builder of an embedded dataset (``data.EMBEDDED_DATASETS``); not prepared yet."""
-  if name.startswith('position_probes/'):
-    return position_probes.PositionProbes(config=name.split('/', 1)[1], data_dir=data_dir)
-  if name == 'listops':
-    return listops.Listops(config='listops', data_dir=data_dir)
-  if name == 'listops/small':
-    return listops.Listops(config='small', data_dir=data_dir)
-  if name == 'fortunes':
-    return fortunes.Fortunes(config='topics', data_dir=data_dir)
-  if name == 'manpages':
-    return manpages.Manpages(config='kinds', data_dir=data_dir)
-  if name == 'manpages/pairs':
-    return manpages.ManpagePairs(config='pairs', data_dir=data_dir)
-  if name == 'docs':
-    return corpus.Docs(config='all', data_dir=data_dir)
-  raise ValueError(f'{name!r} is not an embedded dataset; valid: {data.EMBEDDED_DATASETS}')
+# The embedded builders by TFDS name: the 'name/config' of an embedded entry of data.DATASETS.
+_BUILDERS = {builder.name: builder for builder in (
+    position_probes.PositionProbes, listops.Listops, fortunes.Fortunes, manpages.Manpages,
+    manpages.ManpagePairs, corpus.Docs)}
 
 
-def _natural_lengths(builder: tfds.core.DatasetBuilder | None, splits: tuple[str, ...],
-                     max_length: int) -> dict[str, int]:
-  """Split -> length in tokens that holds its examples: fixed by generated datasets' configs,
-  ``max_length`` (truncating) for natural text."""
-  config = builder.builder_config if builder else None
-  if isinstance(config, position_probes.PositionProbesConfig):
-    return config.split_lengths()
-  length = config.max_length if isinstance(config, listops.ListOpsConfig) else max_length
-  return {split: length for split in splits}
+def embedded_builder(name: str, data_dir: str | None) -> builders.EmbeddedBuilder:
+  """The TFDS builder of an embedded dataset (kind ``embedded`` in ``data.DATASETS``); not
+  prepared yet."""
+  entry = data.DATASETS.get(name)
+  if entry is None or entry.kind != 'embedded':
+    embedded = [n for n, e in data.DATASETS.items() if e.kind == 'embedded']
+    raise ValueError(f'{name!r} is not an embedded dataset; valid: {embedded}')
+  builder, config = entry.builder.split('/')
+  return _BUILDERS[builder](config=config, data_dir=data_dir)
 
 
 def load_tokenizer(data_config: ml_collections.ConfigDict, workdir: str | None,
@@ -130,31 +117,28 @@ def load_tokenizer(data_config: ml_collections.ConfigDict, workdir: str | None,
 
 
 def _source(data_config: ml_collections.ConfigDict, workdir: str | None, task: str
-            ) -> tuple[sources.Source, tfds.core.DatasetBuilder | None]:
-  """The source of ``data.name`` (and its builder if embedded), prepared."""
-  name = data_config.name
-  if name == 'files' and task != 'classify':
+            ) -> tuple[sources.Source, builders.EmbeddedBuilder | None]:
+  """The source of ``data.name`` by its kind (and its builder if embedded), prepared."""
+  name, entry = data_config.name, data.DATASETS.get(data_config.name)
+  if entry is None:
+    raise ValueError(f'Unknown data.name {name!r}; valid: {data.DATASET_NAMES}')
+  if entry.kind == 'embedded':
+    builder = embedded_builder(name, data_config.data_dir)
+    return sources.embedded_source(builder), builder
+  if entry.kind == 'tfds':
+    if entry.fields.corpus and task == 'classify':
+      raise ValueError(f'data.name={name!r} is an unlabelled corpus: pre-train on it with '
+                       'train.task=mlm or clm.')
+    return sources.tfds_text_source(name, data_config.data_dir), None
+  if task != 'classify':  # the user's files as documents
     return files_lib.DocumentsSource(
         train_files=data_config.train_files, validation_files=data_config.validation_files,
         test_files=data_config.test_files, text_column=data_config.text_column,
         quoting=data_config.quoting), None
-  if name in data.TFDS_CORPORA and task == 'classify':
-    raise ValueError(f'data.name={name!r} is an unlabelled corpus: pre-train on it with '
-                     'train.task=mlm or clm.')
-  builder = None
-  if name == 'files':
-    source = files_lib.FilesSource(
-        train_files=data_config.train_files, validation_files=data_config.validation_files,
-        test_files=data_config.test_files, columns=files_lib.Columns.of(data_config),
-        workdir=workdir, regression=data_config.regression)
-  elif name in data.TFDS_TEXT_DATASETS or name in data.TFDS_CORPORA:
-    source = sources.tfds_text_source(name, data_config.data_dir)
-  elif name in data.EMBEDDED_DATASETS:
-    builder = embedded_builder(name, data_config.data_dir)
-    source = sources.embedded_source(builder)
-  else:
-    raise ValueError(f'Unknown data.name {name!r}; valid: {data.DATASET_NAMES}')
-  return source, builder
+  return files_lib.FilesSource(
+      train_files=data_config.train_files, validation_files=data_config.validation_files,
+      test_files=data_config.test_files, columns=files_lib.Columns.of(data_config),
+      workdir=workdir, regression=data_config.regression), None
 
 
 def load(data_config: ml_collections.ConfigDict, workdir: str | None, *,
@@ -166,7 +150,8 @@ def load(data_config: ml_collections.ConfigDict, workdir: str | None, *,
   source, builder = _source(data_config, workdir, task)
   if task != 'classify':
     return LanguageModelDataset.load(data_config, workdir, source, task)
-  lengths = _natural_lengths(builder, source.splits, data_config.max_length)
+  lengths = (builder.split_lengths(data_config.max_length) if builder
+             else dict.fromkeys(source.splits, data_config.max_length))
   if lengths['train'] > data_config.max_length:
     raise ValueError(f'{name} has training sequences of {lengths["train"]} tokens (with [CLS]); '
                      f'data.max_length={data_config.max_length} would cut them and change labels.')

@@ -14,10 +14,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+from typing import Iterable
 
 import tensorflow_datasets as tfds
 
-from data import sources
+from data import builders
 
 FORTUNES_DIR = '/usr/share/games/fortunes'
 
@@ -57,29 +58,23 @@ def load_examples(config: FortunesConfig) -> dict[str, list[tuple[str, int]]]:
   examples: dict[str, list[tuple[str, int]]] = {'train': [], 'validation': [], 'test': []}
   for text, labels in categories_of.items():
     if len(labels) == 1:
-      examples[sources.split_of(text)].append((text, labels.pop()))
+      examples[builders.split_of(text)].append((text, labels.pop()))
   return examples
 
 
-class Fortunes(tfds.core.GeneratorBasedBuilder):
+class Fortunes(builders.EmbeddedBuilder):
   """Which of ten topics does a fortune-cookie quotation come from."""
 
   VERSION = tfds.core.Version('1.0.0')
   RELEASE_NOTES = {'1.0.0': 'Ten categories of Debian fortunes 1:1.99.1, split by MD5 of text.'}
   BUILDER_CONFIGS = [FortunesConfig(name='topics', description='Ten categories: ' +
                                     ', '.join(CATEGORIES))]
+  HOMEPAGE = 'https://packages.debian.org/stable/fortunes'
+  CITATION = ('@misc{fortunes, title = {fortune-mod: the fortunes database}, '
+              'note = {Debian package fortunes}}')
 
-  def _info(self) -> tfds.core.DatasetInfo:
-    return sources.text_info(
-        self, tfds.features.ClassLabel(names=self.builder_config.categories),
-        description=__doc__, homepage='https://packages.debian.org/stable/fortunes',
-        citation='@misc{fortunes, title = {fortune-mod: the fortunes database}, '
-                 'note = {Debian package fortunes}}')
+  def class_label(self) -> tfds.features.ClassLabel:
+    return tfds.features.ClassLabel(names=self.builder_config.categories)
 
-  def _split_generators(self, dl_manager: tfds.download.DownloadManager):
-    del dl_manager  # Local files; nothing to download.
-    examples = load_examples(self.builder_config)
-    return {split: self._generate_examples(pairs) for split, pairs in examples.items()}
-
-  def _generate_examples(self, pairs: list[tuple[str, int]]):
-    return sources.keyed_examples(pairs)
+  def rows(self) -> dict[str, Iterable[tuple]]:
+    return load_examples(self.builder_config)

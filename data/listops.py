@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from typing import Iterable
 import zlib
 
 import numpy as np
 import tensorflow_datasets as tfds
 
-from data import sources
+from data import builders
 
 OPERATORS = ('[MAX', '[MIN', '[MED', '[SM')
 NUM_CLASSES = 10
@@ -131,7 +132,7 @@ _CITATION = """@inproceedings{nangia-bowman-2018-listops,
 }"""
 
 
-class Listops(tfds.core.GeneratorBasedBuilder):
+class Listops(builders.EmbeddedBuilder):
   """Nested MAX/MIN/MED/SM expressions over digits; the label is the value."""
 
   VERSION = tfds.core.Version('1.0.0')
@@ -141,17 +142,17 @@ class Listops(tfds.core.GeneratorBasedBuilder):
       ListOpsConfig(name='small', max_length=128, min_chars=32, max_depth=4, max_args=5,
                     description='Expressions of 32-127 characters.'),
   ]
+  HOMEPAGE = 'https://github.com/nyu-mll/spinn/tree/listops-release'
+  CITATION = _CITATION
+  KEY_BY_INDEX = True
 
-  def _info(self) -> tfds.core.DatasetInfo:
-    return sources.text_info(
-        self, tfds.features.ClassLabel(num_classes=NUM_CLASSES), description=__doc__,
-        homepage='https://github.com/nyu-mll/spinn/tree/listops-release', citation=_CITATION)
+  def class_label(self) -> tfds.features.ClassLabel:
+    return tfds.features.ClassLabel(num_classes=NUM_CLASSES)
 
-  def _split_generators(self, dl_manager: tfds.download.DownloadManager):
-    del dl_manager  # Generated; nothing to download.
-    return {split: self._generate_examples(split) for split in ('train', 'validation', 'test')}
+  def rows(self) -> dict[str, Iterable[tuple]]:
+    return {split: zip(*generate(self.builder_config, split))
+            for split in ('train', 'validation', 'test')}
 
-  def _generate_examples(self, split: str):
-    texts, labels = generate(self.builder_config, split)
-    for i, (text, label) in enumerate(zip(texts, labels)):
-      yield i, {'text': text, 'label': int(label)}
+  def split_lengths(self, max_length: int) -> dict[str, int]:
+    del max_length  # Every expression fits in the config's own.
+    return dict.fromkeys(self.info.splits, self.builder_config.max_length)

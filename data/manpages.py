@@ -24,15 +24,15 @@ import gzip
 import hashlib
 import os
 import re
+from typing import Iterable
 
 import tensorflow_datasets as tfds
 
-from data import sources
+from data import builders
 
 DPKG_INFO = '/var/lib/dpkg/info'
 PACKAGES = ('manpages', 'manpages-dev')
-CLASSES = ('system call', 'library function', 'other')
-_SECTION_CLASS = {'2': 0, '3': 1}
+_SECTION_CLASS = {'2': 0, '3': 1}  # section -> index in Manpages.CLASSES; else 2 ('other')
 
 # Requests whose arguments are text in another font (kept, joined as roff joins them).
 _FONT_REQUESTS = {'B', 'I', 'SM', 'SB', 'BR', 'BI', 'IB', 'RB', 'IR', 'RI'}
@@ -174,37 +174,28 @@ def load_examples(config: ManpagesConfig) -> dict[str, list[tuple[str, int]]]:
     if text is None or len(text.encode('utf-8')) < config.min_bytes or text in seen:
       continue
     seen.add(text)
-    examples[sources.split_of(text)].append((text, _SECTION_CLASS.get(section, 2)))
+    examples[builders.split_of(text)].append((text, _SECTION_CLASS.get(section, 2)))
   return examples
 
 
-class Manpages(tfds.core.GeneratorBasedBuilder):
+class Manpages(builders.EmbeddedBuilder):
   """Is a Linux man page about a system call, a library function, or something else."""
 
   VERSION = tfds.core.Version('1.1.0')
   RELEASE_NOTES = {
       '1.0.0': 'Debian manpages and manpages-dev (6.03), split by MD5 of the text.',
       '1.1.0': 'Continuation lines joined, tables as text, blank lines as paragraph breaks.'}
+  CLASSES = ('system call', 'library function', 'other')
   BUILDER_CONFIGS = [ManpagesConfig(name='kinds', description='Three kinds: ' +
                                     ', '.join(CLASSES))]
+  HOMEPAGE = 'https://www.kernel.org/doc/man-pages/'
+  CITATION = ('@misc{manpages, title = {The Linux man-pages project}, '
+              'howpublished = {Debian packages manpages and manpages-dev}}')
 
-  def _info(self) -> tfds.core.DatasetInfo:
-    return sources.text_info(
-        self, tfds.features.ClassLabel(names=CLASSES), description=__doc__,
-        homepage='https://www.kernel.org/doc/man-pages/',
-        citation='@misc{manpages, title = {The Linux man-pages project}, '
-                 'howpublished = {Debian packages manpages and manpages-dev}}')
-
-  def _split_generators(self, dl_manager: tfds.download.DownloadManager):
-    del dl_manager  # Local files; nothing to download.
-    examples = load_examples(self.builder_config)
-    return {split: self._generate_examples(pairs) for split, pairs in examples.items()}
-
-  def _generate_examples(self, pairs: list[tuple[str, int]]):
-    return sources.keyed_examples(pairs)
+  def rows(self) -> dict[str, Iterable[tuple]]:
+    return load_examples(self.builder_config)
 
 
-PAIR_CLASSES = ('another page', 'same page')
 _SECTION = re.compile(r'^([A-Z][A-Z /-]*)\n\n(.*?)(?=\n\n[A-Z][A-Z /-]*\n\n|\Z)', re.M | re.S)
 
 
@@ -232,28 +223,23 @@ def load_pairs(config: ManpagesConfig) -> dict[str, list[tuple[str, str, int]]]:
   return examples
 
 
-class ManpagePairs(tfds.core.GeneratorBasedBuilder):
+class ManpagePairs(builders.EmbeddedBuilder):
   """Does this one-line summary belong to this man page's DESCRIPTION? A real-text sentence
   pair task (``data.name=manpages/pairs``): two texts, two balanced classes."""
 
   VERSION = tfds.core.Version('1.0.0')
   RELEASE_NOTES = {'1.0.0': 'Summaries and descriptions of the manpages dataset (1.1.0).'}
   BUILDER_CONFIGS = [ManpagesConfig(name='pairs', description='Summary/description matching')]
+  TEXTS = ('text_a', 'text_b')
+  CLASSES = ('another page', 'same page')
+  HOMEPAGE = Manpages.HOMEPAGE
 
-  def _info(self) -> tfds.core.DatasetInfo:
-    return tfds.core.DatasetInfo(
-        builder=self, description=self.__doc__,
-        features=tfds.features.FeaturesDict({
-            'text_a': tfds.features.Text(), 'text_b': tfds.features.Text(),
-            'label': tfds.features.ClassLabel(names=PAIR_CLASSES)}),
-        homepage='https://www.kernel.org/doc/man-pages/')
+  def rows(self) -> dict[str, Iterable[tuple]]:
+    return load_pairs(self.builder_config)
 
-  def _split_generators(self, dl_manager: tfds.download.DownloadManager):
-    del dl_manager  # Local files; nothing to download.
-    return {split: self._generate_examples(rows)
-            for split, rows in load_pairs(self.builder_config).items()}
+  def key(self, index: int, row: tuple) -> str:
+    del index  # With the label: pages that share a description make a pair of both labels.
+    return hashlib.md5('\0'.join(map(str, row)).encode('utf-8')).hexdigest()
 
-  def _generate_examples(self, rows: list[tuple[str, str, int]]):
-    for a, b, label in rows:
-      key = hashlib.md5(f'{a}\0{b}\0{label}'.encode('utf-8')).hexdigest()
-      yield key, {'text_a': a, 'text_b': b, 'label': label}
+  def description(self) -> str:
+    return self.__doc__

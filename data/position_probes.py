@@ -29,13 +29,14 @@ every machine.
 from __future__ import annotations
 
 import dataclasses
+from typing import Iterable
 import zlib
 
 import numpy as np
 import tensorflow_datasets as tfds
 
 import data
-from data import sources
+from data import builders
 
 TASKS = data.PROBE_TASKS
 
@@ -175,7 +176,7 @@ _CITATION = """@misc{position_probes,
 }"""
 
 
-class PositionProbes(tfds.core.GeneratorBasedBuilder):
+class PositionProbes(builders.EmbeddedBuilder):
   """Generated sequences whose label depends only on order and relative position."""
 
   VERSION = tfds.core.Version('2.0.0')
@@ -189,17 +190,16 @@ class PositionProbes(tfds.core.GeneratorBasedBuilder):
   BUILDER_CONFIGS = [
       PositionProbesConfig(name=task, task=task, description=_DESCRIPTIONS[task]) for task in TASKS
   ]
+  CITATION = _CITATION
+  KEY_BY_INDEX = True
 
-  def _info(self) -> tfds.core.DatasetInfo:
-    return sources.text_info(
-        self, tfds.features.ClassLabel(names=_CLASS_NAMES[self.builder_config.task]),
-        description=__doc__, citation=_CITATION)
+  def class_label(self) -> tfds.features.ClassLabel:
+    return tfds.features.ClassLabel(names=_CLASS_NAMES[self.builder_config.task])
 
-  def _split_generators(self, dl_manager: tfds.download.DownloadManager):
-    del dl_manager  # Generated; nothing to download.
-    return {split: self._generate_examples(split) for split in self.builder_config.split_lengths()}
+  def rows(self) -> dict[str, Iterable[tuple]]:
+    return {split: zip(*generate(self.builder_config, split))
+            for split in self.builder_config.split_lengths()}
 
-  def _generate_examples(self, split: str):
-    texts, labels = generate(self.builder_config, split)
-    for i, (text, label) in enumerate(zip(texts, labels)):
-      yield i, {'text': text, 'label': int(label)}
+  def split_lengths(self, max_length: int) -> dict[str, int]:
+    del max_length  # Each split is generated at its own length.
+    return self.builder_config.split_lengths()

@@ -51,14 +51,15 @@ def explain_tfds(name: str, data_dir: str | None) -> None:
 def main(argv: list[str]) -> None:
   del argv
   for name in _NAME.value:
-    if name in data.EMBEDDED_DATASETS:
-      prepare_embedded(name, _DATA_DIR.value)
-    elif name in data.TFDS_TEXT_DATASETS:
-      explain_tfds(name, _DATA_DIR.value)
-    elif name == 'files':
-      print('files: local CSV/TSV/JSONL files need no preparation (see data/files.py).')
-    else:
+    entry = data.DATASETS.get(name)
+    if entry is None:
       raise app.UsageError(f'Unknown dataset {name!r}; valid: {data.DATASET_NAMES}')
+    if entry.kind == 'embedded':
+      prepare_embedded(name, _DATA_DIR.value)
+    elif entry.kind == 'tfds':
+      explain_tfds(name, _DATA_DIR.value)
+    else:
+      print('files: local CSV/TSV/JSONL files need no preparation (see data/files.py).')
 
 
 if __name__ == '__main__':

@@ -1,4 +1,5 @@
-"""Where examples come from: TFDS builders (downloaded elsewhere, or embedded and generated here).
+"""Where examples come from: TFDS builders (downloaded elsewhere, or embedded and generated here:
+``data/builders.py``).
 
 A source has named splits of (text, label) examples and reads a split, or one host's shard of it,
 into memory as NumPy arrays: texts (object [n] of bytes) and labels (int32 [n]).
@@ -7,7 +8,6 @@ into memory as NumPy arrays: texts (object [n] of bytes) and labels (int32 [n]).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from typing import Any, Protocol
 
 import numpy as np
@@ -15,6 +15,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 import data
+from data import builders
 
 
 class Source(Protocol):
@@ -96,29 +97,6 @@ def read_shards(source: Source, split: str, shards: TrainShards) -> list[tuple[n
   return parts
 
 
-def text_info(builder: tfds.core.DatasetBuilder, label_feature: tfds.features.ClassLabel,
-              **kwargs: Any) -> tfds.core.DatasetInfo:
-  """The info of an embedded builder: ``text`` and ``label`` features, supervised; ``kwargs``
-  (description, citation, ...) go to ``tfds.core.DatasetInfo``."""
-  return tfds.core.DatasetInfo(
-      builder=builder,
-      features=tfds.features.FeaturesDict({'text': tfds.features.Text(), 'label': label_feature}),
-      supervised_keys=('text', 'label'), **kwargs)
-
-
-def split_of(text: str) -> str:
-  """The fixed split of an embedded text: by MD5 of the text, modulo 10 (0: test, 1:
-  validation, else train)."""
-  bucket = int(hashlib.md5(text.encode('utf-8')).hexdigest(), 16) % 10
-  return {0: 'test', 1: 'validation'}.get(bucket, 'train')
-
-
-def keyed_examples(pairs: list[tuple[str, int]]):
-  """A TFDS builder's (key, example) pairs of (text, label) pairs, keyed by MD5 of the text."""
-  for text, label in pairs:
-    yield hashlib.md5(text.encode('utf-8')).hexdigest(), {'text': text, 'label': label}
-
-
 class TfdsSource:
   """Splits of a prepared TFDS builder with a ``label`` ClassLabel feature."""
 
@@ -151,8 +129,9 @@ class TfdsSource:
 
 
 def tfds_text_source(name: str, data_dir: str | None) -> TfdsSource:
-  """A source for one of ``data.TFDS_TEXT_DATASETS`` or ``data.TFDS_CORPORA``, which must already be prepared in data_dir:
-  if not, FileNotFoundError saying how to prepare it (within a second, without network access)."""
+  """A source for a dataset of kind ``tfds`` (``data.DATASETS``), which must already be prepared
+  in data_dir: if not, FileNotFoundError saying how to prepare it (within a second, without
+  network access)."""
   builder = tfds.builder(name, data_dir=data_dir)
   if not builder.is_prepared():
     raise FileNotFoundError(
@@ -161,16 +140,15 @@ def tfds_text_source(name: str, data_dir: str | None) -> TfdsSource:
         f'`tfds build {name} --data_dir=DIR` (pip install tensorflow-datasets), copy '
         f'DIR/{name.split("/")[0]} into the data_dir here (data.data_dir, default '
         '~/tensorflow_datasets), or set --config.data.data_dir to a copy of DIR.')
-  return TfdsSource(builder, {**data.TFDS_TEXT_DATASETS, **data.TFDS_CORPORA}[name])
+  return TfdsSource(builder, data.DATASETS[name].fields)
 
 
-def embedded_source(builder: tfds.core.GeneratorBasedBuilder) -> TfdsSource:
-  """A source for an embedded builder (``text``, or the pair ``text_a``/``text_b``, and
-  ``label`` features), generated on first use."""
+def embedded_source(builder: builders.EmbeddedBuilder) -> TfdsSource:
+  """A source for an embedded builder (its ``TEXTS``: one text, or a pair), generated on first
+  use."""
   prepare(builder)
-  pair = 'text_b' in builder.info.features
-  return TfdsSource(builder, data.TextFields(('text_a', 'text_b') if pair else ('text',),
-                                             {s: s for s in builder.info.splits}, pair=pair))
+  return TfdsSource(builder, data.TextFields(builder.TEXTS, {s: s for s in builder.info.splits},
+                                             pair=len(builder.TEXTS) == 2))
 
 
 def prepare(builder: tfds.core.GeneratorBasedBuilder) -> None:

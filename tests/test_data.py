@@ -20,6 +20,7 @@ import data
 from configs import default
 from configs.lra import listops as lra_listops
 from configs.lra import retrieval as lra_retrieval
+from data import builders
 from data import datasets
 from data import files as files_lib
 from data import fortunes
@@ -367,7 +368,8 @@ def test_unknown_name_lists_valid_names():
 # ---------------------------------------------------------------- TFDS text datasets
 
 
-@pytest.mark.parametrize('name', tuple(data.TFDS_TEXT_DATASETS))
+@pytest.mark.parametrize('name', [name for name, entry in data.DATASETS.items()
+                                  if entry.kind == 'tfds' and not entry.fields.corpus])
 def test_unprepared_tfds_dataset_fails_fast(tmp_path, name):
   start = time.time()
   with pytest.raises(FileNotFoundError, match=f'tfds build {name} --data_dir='):
@@ -557,7 +559,7 @@ def test_fortunes_parsing(tmp_path):
   pairs = sorted(pair for split in examples.values() for pair in split)
   assert pairs == [('Bread\n\t-- Anon', 0), ('Eat well.', 0), ('Objection!', 1)]
   for split, split_pairs in examples.items():
-    assert all(sources.split_of(text) == split for text, _ in split_pairs)
+    assert all(builders.split_of(text) == split for text, _ in split_pairs)
   missing = fortunes.FortunesConfig(name='m', directory=str(tmp_path), categories=('art',))
   with pytest.raises(FileNotFoundError, match='apt-get install fortunes'):
     fortunes.load_examples(missing)

@@ -146,7 +146,8 @@ def data_fingerprint(data_config: DataConfig) -> dict[str, Any]:
   """Size and SHA-256 of each of the user's data files (data.name=files); an embedded dataset's
   version (its generator changes with the version); {} for TFDS datasets (versioned, and
   prepared elsewhere)."""
-  if data_config.name in data.EMBEDDED_DATASETS:
+  entry = data.DATASETS.get(data_config.name)
+  if entry and entry.kind == 'embedded':
     builder = datasets.embedded_builder(data_config.name, data_config.data_dir)
     return {f'{_EMBEDDED}{data_config.name}': {'version': str(builder.version)}}
   if data_config.name != 'files':
