@@ -2,7 +2,7 @@
 
 Structure and order follow Hugging Face ``RoFormerForSequenceClassification`` (and, with
 ``cfg.task`` mlm or clm, ``RoFormerForMaskedLM``: its prediction head, with the output layer
-tied to the token embeddings), so its weights map one to one (``models/hf.py``). Post-LN (default) is x = LN(x + dropout(sublayer(x))); pre-LN is
+tied to the token embeddings), so its weights map one to one (``interop/hf.py``). Post-LN (default) is x = LN(x + dropout(sublayer(x))); pre-LN is
 x = x + dropout(sublayer(LN(x))) with a final LayerNorm. GELU is exact (erf). Parameters are
 float32; activations use the compute dtype (LayerNorm statistics and softmax in float32); logits
 are float32. The forward pass is pure: dropout (active iff ``not cfg.deterministic``) draws keys

@@ -5,19 +5,15 @@
 
 ``--hf_dir`` is a ``save_pretrained`` directory (config.json + model.safetensors,
 pytorch_model.bin or flax_model.msgpack) of ``RoFormerModel`` or
-``RoFormerForSequenceClassification``; nothing is downloaded. Writes
-
-  OUT/params               orbax checkpoint of the pure params dict (nnx.to_pure_dict layout)
-  OUT/hf_conversion.json   ModelConfig fields, config overrides, has_head, unused keys
-  OUT/tokenizer.json       the checkpoint's tokenizer (its tokenizer.json or WordPiece vocab.txt)
-
-and prints the ``--config.*`` overrides that make ``configs/default.py`` describe this model, so
-that fine-tuning is one more command:
+``RoFormerForSequenceClassification``; nothing is downloaded. Writes OUT/params,
+OUT/hf_conversion.json and OUT/tokenizer.json (``interop/converted.py``) and prints the
+``--config.*`` overrides that make ``configs/default.py`` describe this model, so that
+fine-tuning is one more command:
 
   python train.py --config=configs/default.py --workdir=runs/finetune \
       --config.train.init_from=/tmp/roformer_jax <the printed overrides> \
       --config.data.name=files --config.data.train_files=train.csv
-Load it back with ``training.checkpoints.load_converted(OUT)`` (``.model()`` builds the Classifier). A
+Load it back with ``interop.converted.load_converted(OUT)`` (``.model()`` builds the Classifier). A
 checkpoint without a classification head gets a fresh head initialised from ``--seed``.
 """
 
@@ -34,9 +30,8 @@ import jax  # pylint: disable=g-import-not-at-top
 from configs import default  # pylint: disable=g-import-not-at-top
 import storage  # pylint: disable=g-import-not-at-top
 from data import tokenizers  # pylint: disable=g-import-not-at-top
-from models import hf  # pylint: disable=g-import-not-at-top
 from experiments import cli  # pylint: disable=g-import-not-at-top
-from training import checkpoints  # pylint: disable=g-import-not-at-top
+from interop import converted, hf  # pylint: disable=g-import-not-at-top
 from training import outputs  # pylint: disable=g-import-not-at-top
 from training import validation  # pylint: disable=g-import-not-at-top
 
@@ -58,24 +53,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def convert(args: argparse.Namespace) -> hf.HFRoFormer:
   if storage.is_file(args.out):
     raise ValueError(f'--out: {args.out} is a file; name the folder to write the conversion to.')
-  written = (checkpoints.CONVERTED_METADATA, tokenizers.HF_TOKENIZER_FILE)
+  written = (converted.CONVERTED_METADATA, tokenizers.HF_TOKENIZER_FILE)
   outputs.check([os.path.join(args.out, name) for name in written], '--out', folder=args.hf_dir)
   changes = {} if args.type_vocab_size is None else {'type_vocab_size': args.type_vocab_size}
   # The fields HF RoFormer does not define (e.g. model.attention_impl) are configs/default.py's.
   base = validation.model_config(default.get_config(), vocab_size=1, num_classes=1)
   result = hf.load_hf_roformer(args.hf_dir, base, num_classes=args.num_classes,
                                layout=args.layout, key=jax.random.key(args.seed), **changes)
-  checkpoints.save_converted(result, args.out, source=os.path.abspath(args.hf_dir))
+  converted.save_converted(result, args.out, source=os.path.abspath(args.hf_dir))
   return result
 
 
 def copy_tokenizer(hf_dir: str, out: str) -> bool:
   """Writes the checkpoint's tokenizer to OUT/tokenizer.json; False if it has none."""
   try:
-    serialized = tokenizers.read_huggingface(hf_dir)
+    hf.copy_tokenizer(hf_dir, os.path.join(out, tokenizers.HF_TOKENIZER_FILE))
   except FileNotFoundError:
     return False
-  storage.write_atomically(os.path.join(out, tokenizers.HF_TOKENIZER_FILE), serialized)
   return True
 
 

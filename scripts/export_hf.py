@@ -5,8 +5,9 @@
 Writes OUT/config.json and OUT/model.safetensors for
 ``transformers.RoFormerForSequenceClassification.from_pretrained(OUT)`` (PyTorch), with the
 run's class names as ``id2label``, or for a pre-trained language model (``train.task``)
-``RoFormerForMaskedLM`` (mlm) or ``RoFormerForCausalLM`` (clm); with ``data.tokenizer=huggingface`` also OUT/tokenizer.json
-and tokenizer_config.json, so ``AutoTokenizer.from_pretrained(OUT)`` builds the same inputs.
+``RoFormerForMaskedLM`` (mlm) or ``RoFormerForCausalLM`` (clm); with
+``data.tokenizer=huggingface`` also OUT/tokenizer.json and tokenizer_config.json, so
+``AutoTokenizer.from_pretrained(OUT)`` builds the same inputs (``interop/export.py``).
 The parameters are one member's (the first of the learning rate the run chose), as predict.py
 uses. A model that HF RoFormer cannot express (another position scheme, linear attention,
 pre-LN, RoPE scaling, mean pooling, two towers) is refused, naming the fields; the half rotary
@@ -17,26 +18,19 @@ layout is permuted back to HF's interleaved one. Byte and SentencePiece tokenize
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import safetensors.numpy  # pylint: disable=g-import-not-at-top
-
 from data import datasets  # pylint: disable=g-import-not-at-top
 import storage  # pylint: disable=g-import-not-at-top
-from data import tokenizers  # pylint: disable=g-import-not-at-top
 from experiments import cli  # pylint: disable=g-import-not-at-top
-from models import hf  # pylint: disable=g-import-not-at-top
+# A name of its own: export() is this script's.
+from interop import export as hf_export  # pylint: disable=g-import-not-at-top
 from training import outputs  # pylint: disable=g-import-not-at-top
 from training import prediction  # pylint: disable=g-import-not-at-top
 from training import validation  # pylint: disable=g-import-not-at-top
-
-
-EXPORTED_FILES = ('config.json', 'model.safetensors', tokenizers.HF_TOKENIZER_FILE,
-                  tokenizers.HF_TOKENIZER_CONFIG)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -52,34 +46,24 @@ def export(workdir: str, out: str, checkpoint: str = 'best') -> str:
   workdir = validation.check_workdir(workdir)
   if storage.is_file(out):
     raise ValueError(f'--out: {out} is a file; name the folder to write the checkpoint into.')
-  outputs.check([os.path.join(out, name) for name in EXPORTED_FILES], '--out', workdir=workdir)
+  outputs.check([os.path.join(out, name) for name in hf_export.EXPORTED_FILES], '--out',
+                workdir=workdir)
   config, info, cfg = prediction.describe(workdir)
-  hf.check_exportable(cfg)  # before anything is read
+  hf_export.check_exportable(cfg)  # before anything is read
   tokenizer = datasets.load_tokenizer(config.data, workdir)
   step, params = prediction.load_params(workdir, checkpoint, config.train.keep_checkpoints)
-  positions = max(cfg.max_length, config.data.max_length)
-  os.makedirs(out, exist_ok=True)
-  safetensors.numpy.save_file(hf.export_state_dict(params, cfg, positions),
-                              os.path.join(out, 'model.safetensors'), metadata={'format': 'pt'})
-  storage.write_json(os.path.join(out, 'config.json'), hf.export_config(
-      cfg, info.class_names, positions, tokenizer.specials.pad))
-  if not isinstance(tokenizer, tokenizers.HuggingFaceTokenizer):
-    return f'step {step}; no tokenizer ({config.data.tokenizer} has no transformers counterpart)'
-  storage.write_atomically(os.path.join(out, tokenizers.HF_TOKENIZER_FILE), tokenizer.serialized)
-  special = {f'{role}_token': tokenizer.token(i)
-             for role, i in dataclasses.asdict(tokenizer.specials).items() if i is not None}
-  storage.write_json(os.path.join(out, tokenizers.HF_TOKENIZER_CONFIG), {
-      # truncation=True then cuts where training (and predict.py) did
-      'tokenizer_class': 'PreTrainedTokenizerFast', 'model_max_length': config.data.max_length,
-      **special})
-  return f'step {step}; tokenizer.json'
+  if hf_export.save_pretrained(out, params, cfg, class_names=info.class_names,
+                               num_positions=max(cfg.max_length, config.data.max_length),
+                               tokenizer=tokenizer, max_length=config.data.max_length):
+    return f'step {step}; tokenizer.json'
+  return f'step {step}; no tokenizer ({config.data.tokenizer} has no transformers counterpart)'
 
 
 def main(argv: list[str] | None = None) -> None:
   args = parse_args(argv)
   held = export(args.workdir, args.out, args.checkpoint)
   print(f'Exported {args.workdir} ({held}) -> {os.path.abspath(args.out)}: '
-        f'transformers.{hf.architecture(prediction.describe(args.workdir)[2])}'
+        f'transformers.{hf_export.architecture(prediction.describe(args.workdir)[2])}'
         '.from_pretrained(OUT)')
 
 

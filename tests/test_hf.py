@@ -1,4 +1,4 @@
-"""models/hf.py: Hugging Face RoFormer checkpoints reproduce HF's outputs exactly.
+"""interop/: Hugging Face RoFormer checkpoints reproduce HF's outputs exactly.
 
 Tiny randomly initialised HF models (PyTorch and Flax) are saved locally, converted and compared
 on padded inputs with token types: last_hidden_state and classification logits to 1e-5.
@@ -21,7 +21,8 @@ from flax import nnx
 
 import models
 from configs.default import get_config
-from models import hf
+from interop import export, hf
+from interop.converted import load_converted
 from training import checkpoints
 from training import validation
 
@@ -240,7 +241,7 @@ def test_convert_script_round_trip(classifier_dir, tmp_path, capsys):
   out = str(tmp_path / 'converted')
   _convert_script().main(['--hf_dir', classifier_dir, '--out', out, '--layout', 'half'])
   assert '--config.rope.layout=half' in capsys.readouterr().out
-  restored = checkpoints.load_converted(out, deterministic=True)
+  restored = load_converted(out, deterministic=True)
   direct = hf.load_hf_roformer(classifier_dir, BASE, layout='half', deterministic=True)
   assert restored.cfg == direct.cfg and restored.has_head
   jax.tree.map(np.testing.assert_array_equal, restored.params, direct.params)
@@ -381,15 +382,15 @@ def test_export_round_trip_matches_transformers(classifier_dir, tmp_path):
     out = tmp_path / layout
     out.mkdir()
     from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
-    save_file(hf.export_state_dict(result.params, result.cfg, 64), str(out / 'model.safetensors'),
-              metadata={'format': 'pt'})
-    (out / 'config.json').write_text(json.dumps(hf.export_config(
+    save_file(export.export_state_dict(result.params, result.cfg, 64),
+              str(out / 'model.safetensors'), metadata={'format': 'pt'})
+    (out / 'config.json').write_text(json.dumps(export.export_config(
         result.cfg, ('a', 'b', 'c'), 64, 0)))
     exported = transformers.RoFormerForSequenceClassification.from_pretrained(str(out)).eval()
     assert_close(hf_outputs(exported)[1], hf_outputs(original)[1], name=f'logits ({layout})')
     assert exported.config.id2label == {0: 'a', 1: 'b', 2: 'c'}
   with pytest.raises(ValueError, match="model.position='alibi'"):
-    hf.check_exportable(BASE.replace(position='alibi'))
+    export.check_exportable(BASE.replace(position='alibi'))
 
 
 @pytest.mark.parametrize('task', ['mlm', 'clm'])
@@ -405,10 +406,10 @@ def test_language_model_export_matches_transformers(tmp_path, task):
   mask = jnp.asarray(INPUTS['attention_mask'])
   ours = np.asarray(model(ids, positions, mask, jnp.asarray(INPUTS['token_type_ids'])))
   from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
-  save_file(hf.export_state_dict(nnx.to_pure_dict(params), cfg, 64),
+  save_file(export.export_state_dict(nnx.to_pure_dict(params), cfg, 64),
             str(tmp_path / 'model.safetensors'), metadata={'format': 'pt'})
-  (tmp_path / 'config.json').write_text(json.dumps(hf.export_config(cfg, (), 64, 0)))
-  exported = getattr(transformers, hf.architecture(cfg)).from_pretrained(str(tmp_path)).eval()
+  (tmp_path / 'config.json').write_text(json.dumps(export.export_config(cfg, (), 64, 0)))
+  exported = getattr(transformers, export.architecture(cfg)).from_pretrained(str(tmp_path)).eval()
   with torch.no_grad():
     theirs = exported(**{k: torch.tensor(v) for k, v in INPUTS.items()}).logits.numpy()
   real = INPUTS['attention_mask'].astype(bool)

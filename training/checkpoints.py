@@ -11,7 +11,6 @@ other array shapes and failed saves. No pickle: arrays are tensorstore, the rest
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import os
 import sys
@@ -21,16 +20,12 @@ from typing import Any
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
-from flax import nnx
 from absl import logging as absl_logging
 from etils import epath
 from jax.experimental import multihost_utils
 from orbax.checkpoint import checkpoint_managers as policies
 
-import models
-import rope
 import storage
-from models import hf
 from training.metrics import console
 
 CHECKPOINT_DIR = 'checkpoints'
@@ -433,37 +428,3 @@ class Checkpointer:
       multihost_utils.sync_global_devices('checkpoints_set_aside')
     if reload:
       self.manager.reload()
-
-
-CONVERTED_PARAMS = 'params'  # converted Hugging Face checkpoints
-CONVERTED_METADATA = 'hf_conversion.json'
-
-
-def save_converted(result: hf.HFRoFormer, directory: str, *, source: str = '') -> None:
-  """Writes ``directory/params`` (orbax, the pure params dict) and ``hf_conversion.json`` (the
-  ModelConfig and the rest of ``result``, and ``source``), overwriting an existing conversion."""
-  directory = storage.canonical(directory)
-  storage.makedirs(directory)
-  with ocp.StandardCheckpointer() as checkpointer:
-    checkpointer.save(os.path.join(directory, CONVERTED_PARAMS), result.params, force=True)
-  storage.write_json(os.path.join(directory, CONVERTED_METADATA), {
-      'source': source, 'model_config': dataclasses.asdict(result.cfg),
-      'overrides': result.overrides, 'has_head': result.has_head,
-      'unused_keys': list(result.unused_keys)})
-
-
-def load_converted(directory: str, **changes: Any) -> hf.HFRoFormer:
-  """Reads a ``save_converted`` directory; ``changes`` replace ModelConfig fields (e.g.
-  ``deterministic=True``) that do not change parameter shapes."""
-  directory = storage.canonical(directory)
-  metadata = storage.read_json(os.path.join(directory, CONVERTED_METADATA))
-  fields = dict(metadata['model_config'], rope=rope.RopeConfig(**metadata['model_config']['rope']))
-  cfg = models.ModelConfig(**fields).replace(**changes)
-  abstract = nnx.eval_shape(lambda: models.Classifier(cfg, rngs=nnx.Rngs(0)))
-  target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
-                        nnx.to_pure_dict(nnx.state(abstract, nnx.Param)))
-  with ocp.StandardCheckpointer() as checkpointer:
-    params = checkpointer.restore(os.path.join(directory, CONVERTED_PARAMS), target)
-  return hf.HFRoFormer(cfg=cfg, params=jax.tree.map(np.asarray, params),
-                       overrides=metadata['overrides'], has_head=metadata['has_head'],
-                       unused_keys=tuple(metadata['unused_keys']))

@@ -29,7 +29,7 @@ import numpy as np
 import models
 import storage
 from data import tokenizers
-from models import hf
+from interop import converted, hf
 from training import checkpoints
 from training import validation
 from training.metrics import console
@@ -69,7 +69,7 @@ def needed(config: ml_collections.ConfigDict, workdir: str) -> bool:
 
 def _kind(source: str) -> str:
   """'workdir', 'huggingface' or 'converted'; InitFromError if ``source`` is none of them."""
-  if storage.is_file(os.path.join(source, checkpoints.CONVERTED_METADATA)):
+  if converted.is_converted(source):
     return 'converted'
   try:
     config = storage.read_json(os.path.join(source, validation.CONFIG_FILE))
@@ -77,17 +77,8 @@ def _kind(source: str) -> str:
   except (OSError, ValueError):
     raise InitFromError(f'train.init_from={source!r} is not a train.py workdir, a Hugging Face '
                         f'checkpoint directory or a convert_hf.py output (no readable '
-                        f'{validation.CONFIG_FILE} or {checkpoints.CONVERTED_METADATA} there). '
+                        f'{validation.CONFIG_FILE} or {converted.CONVERTED_METADATA} there). '
                         'Give the folder of a finished run or of a checkpoint.') from None
-
-
-def _checkpoint_fields(source: str, kind: str, config: ml_collections.ConfigDict) -> dict:
-  """The dotted model and rope fields a checkpoint's parameters were made for."""
-  if kind == 'converted':
-    return storage.read_json(os.path.join(source, checkpoints.CONVERTED_METADATA))['overrides']
-  model, rope_fields = hf.hf_fields(hf.load_hf_config(source), layout=config.rope.layout)
-  return {**{f'model.{k}': v for k, v in model.items()},
-          **{f'rope.{k}': v for k, v in rope_fields.items()}}
 
 
 _CHECKPOINT_FIELDS = ('model.position', 'model.attention', 'model.num_layers',
@@ -116,7 +107,7 @@ def check_source(config: ml_collections.ConfigDict) -> None:
         and not config.data.tokenizer_path):
       theirs['data.tokenizer'] = 'huggingface'  # its tokenizer.json is copied (copy_tokenizer)
   else:
-    given = _checkpoint_fields(source, kind, config)
+    given = converted.checkpoint_fields(source, config.rope.layout)
     theirs = {f: given[f] for f in _CHECKPOINT_FIELDS if f in given}
   differing = {f: v for f, v in theirs.items() if v != _field(config, f)}
   if differing:
@@ -201,10 +192,7 @@ def _from_workdir(source: str, exp: Any) -> tuple[Any, list[int], str]:
 
 def _from_checkpoint(source: str, kind: str, exp: Any) -> tuple[Any, list[int], str]:
   """As ``_from_workdir``, for a Hugging Face checkpoint or a conversion (one member)."""
-  if kind == 'converted':
-    result = checkpoints.load_converted(source)
-  else:
-    result = hf.load_hf_roformer(source, exp.model_config, layout=exp.model_config.rope.layout)
+  result = converted.load_checkpoint(source, exp.model_config)
   if result.cfg.vocab_size != exp.model_config.vocab_size:
     raise InitFromError(f'train.init_from={source!r} has a vocabulary of {result.cfg.vocab_size} '
                         f'tokens, this run\'s tokenizer {exp.model_config.vocab_size}: fine-tune '
@@ -258,7 +246,7 @@ def copy_tokenizer(config: ml_collections.ConfigDict, workdir: str) -> None:
     if _kind(source) == 'workdir':
       storage.copy_file(os.path.join(source, name), target)
     else:
-      storage.write_atomically(target, tokenizers.read_huggingface(source).encode('utf-8'))
+      hf.copy_tokenizer(source, target)
 
 
 def _flat(tree: Any) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Hugging Face RoFormer checkpoints -> this codebase's ``Classifier`` (exact, no torch needed).
 
-  result = models.hf.load_hf_roformer('path/to/hf_checkpoint_dir', base, deterministic=True)
+  result = interop.hf.load_hf_roformer('path/to/hf_checkpoint_dir', base, deterministic=True)
   model = result.model()                       # a models.Classifier
   positions = jnp.broadcast_to(jnp.arange(length), ids.shape)   # HF uses 0 .. L-1
   logits = model(ids, positions, attention_mask, token_type_ids)
@@ -13,7 +13,7 @@ is one to one (``models/encoder.py`` mirrors HF's module order). HF's sinusoidal
 ``encoder.embed_positions.weight`` is checked, not stored (this model computes it). A checkpoint
 without a classification head gets a fresh one; other heads (MLM, QA) go to ``unused_keys``.
 HF's rotary table ends at ``max_position_embeddings``; this model has no such limit.
-``training.checkpoints.save_converted`` stores a conversion (``scripts/convert_hf.py``).
+``copy_tokenizer`` copies its tokenizer; ``interop/converted.py`` stores a conversion.
 
 Exact options: ``layout='half'`` permutes the rotated projections per head
 (``rope.convert_qk_projection``) to run in the GPT-NeoX/LLaMA layout; ``type_vocab_size=0`` folds
@@ -37,6 +37,8 @@ import safetensors.flax
 from flax import nnx, serialization
 
 import rope
+import storage
+from data import tokenizers
 from models.config import ModelConfig
 from models.encoder import Classifier, init
 
@@ -132,6 +134,12 @@ def load_hf_config(path: str) -> dict[str, Any]:
     return json.load(f)
 
 
+def copy_tokenizer(checkpoint: str, target: str) -> None:
+  """Writes the tokenizer of a checkpoint directory (its tokenizer.json, or one built from its
+  WordPiece vocab.txt) to ``target``; FileNotFoundError if it has neither."""
+  storage.write_atomically(target, tokenizers.read_huggingface(checkpoint).encode('utf-8'))
+
+
 def _hf_dict(hf_config: Mapping[str, Any] | Any) -> dict[str, Any]:
   """Accepts a config dict or a ``transformers.RoFormerConfig``."""
   if hasattr(hf_config, 'to_dict'):
@@ -175,6 +183,12 @@ def hf_fields(hf_config: Mapping[str, Any] | Any, *,
   return model, rope_fields
 
 
+def dotted(model: Mapping[str, Any], rope_fields: Mapping[str, Any]) -> dict[str, Any]:
+  """``hf_fields``' two groups as dotted ``configs/default.py`` overrides (``model.num_layers``)."""
+  return {**{f'model.{k}': v for k, v in model.items()},
+          **{f'rope.{k}': v for k, v in rope_fields.items()}}
+
+
 def model_config(hf_config: Mapping[str, Any] | Any, base: ModelConfig, *,
                  num_classes: int | None = None, layout: str = HF_LAYOUT,
                  **changes: Any) -> ModelConfig:
@@ -200,6 +214,12 @@ def sinusoidal_table(num_positions: int, dim: int) -> np.ndarray:
   return np.concatenate([np.sin(angle), np.cos(angle)], axis=-1).astype(np.float32)
 
 
+def abstract_params(cfg: ModelConfig) -> dict[Any, Any]:
+  """The pure params dict of ``cfg``'s model, shapes only (nothing is initialised)."""
+  abstract = nnx.eval_shape(lambda: Classifier(cfg, rngs=nnx.Rngs(0)))
+  return nnx.to_pure_dict(nnx.state(abstract, nnx.Param))
+
+
 def strip_prefix(state_dict: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
   """Drops the ``roformer.`` prefix of a task model's encoder keys (base keys pass through)."""
   return {k[len(_PREFIX):] if k.startswith(_PREFIX) else k: v for k, v in state_dict.items()}
@@ -218,8 +238,7 @@ class _Converter:
     self.sd = {_ln_name(k): v for k, v in strip_prefix(state_dict).items()}
     self.cfg = cfg
     self.used: set[str] = set()
-    abstract = nnx.eval_shape(lambda: Classifier(cfg, rngs=nnx.Rngs(0)))
-    self.target = nnx.to_pure_dict(nnx.state(abstract, nnx.Param))
+    self.target = abstract_params(cfg)
     self.params: dict[Any, Any] = {}
 
   def has(self, name: str) -> bool:
@@ -280,7 +299,7 @@ class _Converter:
                        'computes that table and cannot reproduce a different one.')
 
 
-def _permute_layout(params: dict[Any, Any], cfg: ModelConfig, src: str = HF_LAYOUT) -> None:
+def permute_layout(params: dict[Any, Any], cfg: ModelConfig, src: str = HF_LAYOUT) -> None:
   """In place: layout ``src`` (HF's interleaved pairs) -> ``cfg.rope.layout`` (no-op if equal)."""
   dst = cfg.rope.layout
   if dst == src:
@@ -330,7 +349,7 @@ def convert_state_dict(state_dict: Mapping[str, np.ndarray], cfg: ModelConfig, *
     raise ValueError(f'Checkpoint has more than num_layers={cfg.num_layers} layers.')
   has_head = _convert_head(conv, init_params)
   _check_complete(conv.params, conv.target)
-  _permute_layout(conv.params, cfg)
+  permute_layout(conv.params, cfg)
   unused = tuple(sorted(k for k in conv.sd
                         if k not in conv.used and k != 'encoder.embed_positions.weight'))
   return Converted(params=conv.params, has_head=has_head, unused_keys=unused)
@@ -450,107 +469,7 @@ def load_hf_roformer(path: str, base: ModelConfig, *, num_classes: int | None = 
   if converted.unused_keys:
     logging.info('Unused HF tensors: %s', ', '.join(converted.unused_keys))
   model, rope_fields = hf_fields(hf_config, layout=layout)
-  overrides = {**{f'model.{k}': getattr(cfg, k) for k in model},
-               **{f'rope.{k}': getattr(cfg.rope, k) for k in rope_fields}}
+  overrides = dotted({k: getattr(cfg, k) for k in model},
+                     {k: getattr(cfg.rope, k) for k in rope_fields})
   return HFRoFormer(cfg=cfg, params=converted.params, overrides=overrides,
                     has_head=converted.has_head, unused_keys=converted.unused_keys)
-
-
-# ------------------------------------------------------------------ export to transformers
-
-
-def architecture(cfg: ModelConfig) -> str:
-  """The ``transformers`` class an export of ``cfg`` loads as."""
-  return {'classify': 'RoFormerForSequenceClassification', 'mlm': 'RoFormerForMaskedLM',
-          'clm': 'RoFormerForCausalLM'}[cfg.task]
-
-
-def check_exportable(cfg: ModelConfig) -> None:
-  """ValueError naming every field HF RoFormer (``architecture(cfg)``) cannot express."""
-  rope_cfg = cfg.rope
-  problems = [
-      f'{name}={value!r} (HF: {want!r})' for name, value, want in (
-          ('model.position', cfg.position, 'rotary'), ('model.attention', cfg.attention, 'softmax'),
-          ('model.norm', cfg.norm, 'post'), ('model.pooling', cfg.pooling, 'cls'),
-          ('model.dual_encoder', cfg.dual_encoder, False),
-          ('rope.base', rope_cfg.base, HF_ROPE_BASE), ('rope.scaling', rope_cfg.scaling, 'none'),
-          ('rope.xpos', rope_cfg.xpos, False),
-          ('rope.rotary_dim', rope_cfg.rotary_dim or cfg.head_dim, cfg.head_dim))
-      if value != want]
-  if problems:
-    raise ValueError('Hugging Face RoFormer cannot express this model: '
-                     + '; '.join(problems) + '. Only a post-LN softmax encoder with full '
-                     'rotary positions (base 10000, no scaling), CLS pooling and one input '
-                     'exports; other schemes stay in this codebase.')
-
-
-def _to_torch_linear(node: Mapping[str, Any], in_axes: int) -> tuple[np.ndarray, np.ndarray]:
-  """kernel [*in, *out] and bias [*out] -> torch Linear (weight [out, in], bias [out])."""
-  kernel = np.asarray(node['kernel'], np.float32)
-  in_size = int(np.prod(kernel.shape[:in_axes]))
-  return kernel.reshape(in_size, -1).T.copy(), np.asarray(node['bias'], np.float32).reshape(-1)
-
-
-def export_state_dict(params: Mapping[Any, Any], cfg: ModelConfig,
-                      num_positions: int) -> dict[str, np.ndarray]:
-  """This model's params -> ``architecture(cfg)``'s tensors (torch names, layouts); the inverse
-  of ``convert_state_dict``; ValueError if HF cannot express ``cfg``."""
-  check_exportable(cfg)
-  params = jax.tree.map(np.asarray, dict(params))
-  if cfg.rope.layout != HF_LAYOUT:  # back to HF's interleaved pairs
-    params = jax.tree.map(np.copy, params)
-    _permute_layout(params, cfg.replace(rope=dataclasses.replace(cfg.rope, layout=HF_LAYOUT)),
-                    src=cfg.rope.layout)
-  sd = {}
-
-  def linear(name: str, node, in_axes: int = 1):
-    sd[f'{name}.weight'], sd[f'{name}.bias'] = _to_torch_linear(node, in_axes)
-
-  def layer_norm(name: str, node):
-    sd[f'{name}.weight'], sd[f'{name}.bias'] = node['scale'], node['bias']
-
-  e, p = params['embeddings'], 'roformer.'
-  sd[f'{p}embeddings.word_embeddings.weight'] = e['word_embeddings']['embedding']
-  types = e.get('token_type_embeddings') or {'embedding': np.zeros((1, cfg.embedding_size))}
-  sd[f'{p}embeddings.token_type_embeddings.weight'] = types['embedding']
-  layer_norm(f'{p}embeddings.LayerNorm', e['layer_norm'])
-  if 'embeddings_project' in params and params['embeddings_project'] is not None:
-    linear(f'{p}embeddings_project', params['embeddings_project'])
-  sd[f'{p}encoder.embed_positions.weight'] = sinusoidal_table(num_positions, cfg.head_dim)
-  for i, layer in params['layers'].items():
-    hf = f'{p}encoder.layer.{i}'
-    for name in ('query', 'key', 'value'):
-      linear(f'{hf}.attention.self.{name}', layer['attention'][name])
-    linear(f'{hf}.attention.output.dense', layer['attention']['output'], in_axes=2)
-    layer_norm(f'{hf}.attention.output.LayerNorm', layer['attention_norm'])
-    linear(f'{hf}.intermediate.dense', layer['intermediate'])
-    linear(f'{hf}.output.dense', layer['output'])
-    layer_norm(f'{hf}.output.LayerNorm', layer['output_norm'])
-  if cfg.language_model:  # RoFormerLMPredictionHead; the decoder is tied to the embeddings
-    linear('cls.predictions.transform.dense', params['head']['dense'])
-    layer_norm('cls.predictions.transform.LayerNorm', params['head']['layer_norm'])
-    sd['cls.predictions.bias'] = sd['cls.predictions.decoder.bias'] = params['head']['bias']
-    sd['cls.predictions.decoder.weight'] = sd[f'{p}embeddings.word_embeddings.weight']
-  else:
-    linear('classifier.dense', params['head']['dense'])
-    linear('classifier.out_proj', params['head']['out_proj'])
-  return {k: np.ascontiguousarray(v, np.float32) for k, v in sd.items()}
-
-
-def export_config(cfg: ModelConfig, class_names: tuple[str, ...], num_positions: int,
-                  pad_id: int) -> dict[str, Any]:
-  """The config.json of ``export_state_dict``'s model."""
-  labels = {} if cfg.language_model else {
-      'id2label': dict(enumerate(class_names)),
-      'label2id': {name: i for i, name in enumerate(class_names)}}
-  return {
-      'architectures': [architecture(cfg)], 'model_type': 'roformer', 'is_decoder': cfg.causal,
-      'tie_word_embeddings': True, **labels,
-      'vocab_size': cfg.vocab_size, 'embedding_size': cfg.embedding_size,
-      'hidden_size': cfg.hidden_size, 'num_hidden_layers': cfg.num_layers,
-      'num_attention_heads': cfg.num_heads, 'intermediate_size': cfg.mlp_dim,
-      'hidden_act': 'gelu', 'hidden_dropout_prob': cfg.dropout_rate,
-      'attention_probs_dropout_prob': cfg.attention_dropout_rate,
-      'max_position_embeddings': num_positions, 'type_vocab_size': max(cfg.type_vocab_size, 1),
-      'layer_norm_eps': cfg.layer_norm_eps, 'initializer_range': cfg.init_std,
-      'rotary_value': cfg.rope.rotary_value, 'pad_token_id': pad_id}
