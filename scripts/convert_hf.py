@@ -27,13 +27,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import jax  # pylint: disable=g-import-not-at-top
 
-from configs import default  # pylint: disable=g-import-not-at-top
 import storage  # pylint: disable=g-import-not-at-top
 from data import tokenizers  # pylint: disable=g-import-not-at-top
 from experiments import cli  # pylint: disable=g-import-not-at-top
 from interop import converted, hf  # pylint: disable=g-import-not-at-top
 from training import outputs  # pylint: disable=g-import-not-at-top
-from training import validation  # pylint: disable=g-import-not-at-top
+from training.config import RunConfig  # pylint: disable=g-import-not-at-top
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -56,8 +55,8 @@ def convert(args: argparse.Namespace) -> hf.HFRoFormer:
   written = (converted.CONVERTED_METADATA, tokenizers.HF_TOKENIZER_FILE)
   outputs.check([os.path.join(args.out, name) for name in written], '--out', folder=args.hf_dir)
   changes = {} if args.type_vocab_size is None else {'type_vocab_size': args.type_vocab_size}
-  # The fields HF RoFormer does not define (e.g. model.attention_impl) are configs/default.py's.
-  base = validation.model_config(default.get_config(), vocab_size=1, num_classes=1)
+  # The fields HF RoFormer does not define (e.g. model.attention_impl) take their defaults.
+  base = RunConfig().model_config()
   result = hf.load_hf_roformer(args.hf_dir, base, num_classes=args.num_classes,
                                layout=args.layout, key=jax.random.key(args.seed), **changes)
   converted.save_converted(result, args.out, source=os.path.abspath(args.hf_dir))

@@ -23,46 +23,42 @@ import os
 from typing import Any
 
 import jax
-import ml_collections
 import numpy as np
 
-import models
+import rope
+import settings
 import storage
 from data import tokenizers
 from interop import converted, hf
 from training import checkpoints
 from training import validation
+from training.config import PARAMETER_FIELDS, RunConfig
 from training.metrics import console
 
 SUMMARY_FILE = 'summary.json'
 HEAD = 'head'
-# Config fields that decide the parameters' names and shapes.
-PARAMETER_FIELDS = ('model.size', 'model.position', 'model.attention', 'model.num_layers',
-                    'model.hidden_size', 'model.num_heads', 'model.mlp_dim',
-                    'model.embedding_size', 'model.norm', 'model.type_vocab_size',
-                    'model.shaw_max_distance', 'model.shaw_values', 'model.t5_num_buckets',
-                    'data.tokenizer', 'data.sp_vocab_size', 'data.name')
+# A checkpoint (Hugging Face, or converted) was trained by another codebase: besides the fields
+# that shape the parameters, those that decide how they are read (the rope fields an evaluation
+# may not change: base, layout, rotary_value, ...) must be its own.
+_CHECKPOINT_FIELDS = PARAMETER_FIELDS + tuple(
+    f'rope.{f.name}' for f in settings.declared(rope.RopeConfig) if not f.metadata['evaluation'])
 
 
 class InitFromError(ValueError):
   """The source cannot initialise this run; the message names the field or file and the fix."""
 
 
-def _field(config: ml_collections.ConfigDict, dotted: str) -> Any:
+def _field(config: RunConfig, dotted: str) -> Any:
   """A field as the run uses it: sizes left at None are the preset's; the SentencePiece fields
   only count with that tokenizer."""
   group, _, name = dotted.partition('.')
-  value = config.get(group, {}).get(name)
-  if value is None and name in models.SIZED_FIELDS:
-    value = models.PRESETS[config.model.size][models.SIZED_FIELDS.index(name)]
-  if value is None and name == 'embedding_size':
-    value = _field(config, 'model.hidden_size')
   if group == 'data' and name != 'tokenizer' and config.data.tokenizer != 'sentencepiece':
     return None
-  return value
+  sizes = config.model.sizes() if group == 'model' else {}
+  return sizes[name] if name in sizes else getattr(getattr(config, group), name)
 
 
-def needed(config: ml_collections.ConfigDict, workdir: str) -> bool:
+def needed(config: RunConfig, workdir: str) -> bool:
   """Whether a run starts from ``train.init_from``: set, and no checkpoint of its own yet."""
   return bool(config.train.init_from) and not validation.has_checkpoints(workdir)
 
@@ -81,13 +77,7 @@ def _kind(source: str) -> str:
                         'Give the folder of a finished run or of a checkpoint.') from None
 
 
-_CHECKPOINT_FIELDS = ('model.position', 'model.attention', 'model.num_layers',
-                      'model.hidden_size', 'model.num_heads', 'model.mlp_dim',
-                      'model.embedding_size', 'model.norm', 'model.type_vocab_size', 'rope.base',
-                      'rope.layout', 'rope.rotary_value')
-
-
-def check_source(config: ml_collections.ConfigDict) -> None:
+def check_source(config: RunConfig) -> None:
   """Checks that the source's parameters fit this run's model (InitFromError naming fields)."""
   source = storage.canonical(config.train.init_from)
   kind = _kind(source)
@@ -202,7 +192,7 @@ def _from_checkpoint(source: str, kind: str, exp: Any) -> tuple[Any, list[int], 
   return saved, [0] * len(exp.seeds), f'{kind} checkpoint'
 
 
-def initial_state(state: Any, exp: Any, config: ml_collections.ConfigDict) -> Any:
+def initial_state(state: Any, exp: Any, config: RunConfig) -> Any:
   """``state`` (freshly initialised) with its parameters replaced by the source's."""
   source = storage.canonical(config.train.init_from)
   check_source(config)
@@ -229,7 +219,7 @@ def initial_state(state: Any, exp: Any, config: ml_collections.ConfigDict) -> An
   return state.replace(params=params)
 
 
-def copy_tokenizer(config: ml_collections.ConfigDict, workdir: str) -> None:
+def copy_tokenizer(config: RunConfig, workdir: str) -> None:
   """The source's vocabulary, unless the run has one: a workdir's SentencePiece model or Hugging
   Face tokenizer, or (data.tokenizer=huggingface without data.tokenizer_path) a checkpoint's."""
   source = storage.canonical(config.train.init_from)
