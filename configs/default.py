@@ -145,7 +145,7 @@ def _data() -> ml_collections.ConfigDict:
   d.eval_lengths = ''
   d.eval_tokens = 65536  # Evaluate on the first this many tokens of each split (the same text at every length).
   d.seed = 0  # Data-order seed, shared by all model seeds so seeds differ only in init and dropout.
-  d.prefetch = 2  # Batches prefetched by tf.data.
+  d.prefetch = 2  # Batches prepared ahead, in as many threads.
   # The training split cut into this many contiguous shards, each filling an equal part of every
   # batch with its own shuffle (data/sources.py TrainShards): a process reads only the shards its
   # rows draw from. 1: one shuffle of the whole split, read by every process. On k hosts use a
