@@ -28,6 +28,7 @@ from flax import nnx
 
 import models
 from configs import default
+from data import batches
 from training import optim
 from training import steps
 from training import validation
@@ -170,16 +171,17 @@ def model_config(c):
 
 
 def synthetic_batch(batch_size: int, length: int, *, seed: int = 0,
-                    vocab_size: int = VOCAB_SIZE) -> dict[str, jax.Array]:
+                    vocab_size: int = VOCAB_SIZE) -> batches.Classification:
   """A full (unpadded) byte-level batch in the pipeline's format: [CLS] + random bytes."""
   rng = np.random.default_rng(seed)
   inputs = rng.integers(4, vocab_size, (batch_size, length), dtype=np.int32)
   inputs[:, 0] = 1  # [CLS]
   positions = np.broadcast_to(np.arange(length, dtype=np.int32), (batch_size, length))
-  return {'inputs': jnp.asarray(inputs), 'positions': jnp.asarray(positions.copy()),
-          'mask': jnp.ones((batch_size, length), bool),
-          'label': jnp.asarray(rng.integers(0, NUM_CLASSES, (batch_size,), dtype=np.int32)),
-          'weight': jnp.ones((batch_size,), jnp.float32)}
+  return batches.Classification(
+      inputs=jnp.asarray(inputs), positions=jnp.asarray(positions.copy()),
+      mask=jnp.ones((batch_size, length), bool),
+      label=jnp.asarray(rng.integers(0, NUM_CLASSES, (batch_size,), dtype=np.int32)),
+      weight=jnp.ones((batch_size,), jnp.float32))
 
 
 @dataclasses.dataclass
@@ -274,7 +276,7 @@ def abstract_memory(c, batch_shapes):
   return memory_bytes(compiled), compiled
 
 
-def abstract_batch(batch_size: int, length: int) -> dict[str, jax.ShapeDtypeStruct]:
+def abstract_batch(batch_size: int, length: int) -> batches.Classification:
   """The shapes and dtypes of ``synthetic_batch``."""
   return jax.eval_shape(lambda: synthetic_batch(batch_size, length))
 

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from benchmarks import common
+from data import batches
 
 
 def hf_model(cfg, max_length: int):
@@ -27,23 +28,23 @@ def hf_model(cfg, max_length: int):
   return kind(hf_config, seed=0, dtype=cfg.compute_dtype)
 
 
-def _scored(logits, batch):
-  """What the loss scores: a classifier's logits and batch; HF's MLM logits at every position
-  [B, L, V] against the batch's masked tokens spread over all positions (weight 0 elsewhere)."""
-  if 'targets' not in batch:
-    return logits, batch
+def _scored(logits, batch: batches.Batch):
+  """What the loss scores: a classifier's logits, labels and weights; HF's MLM logits at every
+  position [B, L, V] against the batch's masked tokens spread over all positions (weight 0
+  elsewhere)."""
+  if isinstance(batch, batches.Classification):
+    return logits, batch.label, batch.weight
   labels, weights = targets_everywhere(batch)
-  return logits.reshape(-1, logits.shape[-1]), {'label': labels.reshape(-1),
-                                                'weight': weights.reshape(-1)}
+  return logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), weights.reshape(-1)
 
 
-def targets_everywhere(batch) -> tuple[jax.Array, jax.Array]:
+def targets_everywhere(batch: batches.LanguageModel) -> tuple[jax.Array, jax.Array]:
   """An MLM batch's targets and weights at their positions in the rows, [B, L] each (label 0,
   weight 0 at the unmasked positions)."""
-  shape = batch['inputs'].shape
-  rows, where = jnp.arange(shape[0])[:, None], batch['target_positions']
-  return (jnp.zeros(shape, jnp.int32).at[rows, where].set(batch['targets']),
-          jnp.zeros(shape, jnp.float32).at[rows, where].add(batch['target_weights']))
+  shape = batch.inputs.shape
+  rows, where = jnp.arange(shape[0])[:, None], batch.target_positions
+  return (jnp.zeros(shape, jnp.int32).at[rows, where].set(batch.targets),
+          jnp.zeros(shape, jnp.float32).at[rows, where].add(batch.target_weights))
 
 
 def hf_steps(model, tx, schedule):
@@ -53,8 +54,8 @@ def hf_steps(model, tx, schedule):
   from training import steps  # pylint: disable=g-import-not-at-top
 
   def logits_fn(params, batch, dropout_key):
-    mask = (batch['inputs'] != 0).astype(jnp.int32)
-    return model(batch['inputs'], attention_mask=mask, params=params, dropout_rng=dropout_key,
+    mask = (batch.inputs != 0).astype(jnp.int32)
+    return model(batch.inputs, attention_mask=mask, params=params, dropout_rng=dropout_key,
                  train=dropout_key is not None).logits
 
   def train_step(state, batch):

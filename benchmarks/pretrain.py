@@ -26,6 +26,7 @@ from absl import app, flags  # pylint: disable=g-import-not-at-top
 
 from benchmarks import common  # pylint: disable=g-import-not-at-top
 from benchmarks import hf_flax  # pylint: disable=g-import-not-at-top
+from data import batches  # pylint: disable=g-import-not-at-top
 from data import lm  # pylint: disable=g-import-not-at-top
 
 flags.DEFINE_string('size', 'small', 'Model preset.')
@@ -37,7 +38,7 @@ flags.DEFINE_string('json', None, 'Write the figures here (for run_all.py).')
 FLAGS = flags.FLAGS
 
 
-def mlm_batch(batch_size: int, length: int, vocab: int, seed: int = 0) -> dict:
+def mlm_batch(batch_size: int, length: int, vocab: int, seed: int = 0) -> batches.LanguageModel:
   """One packed row per example (one document), 15% of the tokens to predict."""
   rng = np.random.default_rng(seed)
   num = lm.max_predictions(length, 0.15)
@@ -46,22 +47,22 @@ def mlm_batch(batch_size: int, length: int, vocab: int, seed: int = 0) -> dict:
   weights = np.ones((batch_size, num), np.float32)
   weights[:, -1] = 0.0  # the spare slot, as in data/lm.py
   inputs = rng.integers(5, vocab, (batch_size, length), dtype=np.int32)
-  return {'inputs': jnp.asarray(inputs),
-          'positions': jnp.asarray(np.broadcast_to(np.arange(length, dtype=np.int32),
-                                                   (batch_size, length)).copy()),
-          'mask': jnp.ones((batch_size, length), bool),
-          'segments': jnp.ones((batch_size, length), jnp.int32),
-          'targets': jnp.asarray(np.take_along_axis(inputs, chosen, 1)),
-          'target_positions': jnp.asarray(chosen.astype(np.int32)),
-          'target_weights': jnp.asarray(weights)}
+  return batches.LanguageModel(
+      inputs=jnp.asarray(inputs),
+      positions=jnp.asarray(np.broadcast_to(np.arange(length, dtype=np.int32),
+                                            (batch_size, length)).copy()),
+      mask=jnp.ones((batch_size, length), bool),
+      segments=jnp.ones((batch_size, length), jnp.int32),
+      targets=jnp.asarray(np.take_along_axis(inputs, chosen, 1)),
+      target_positions=jnp.asarray(chosen.astype(np.int32)),
+      target_weights=jnp.asarray(weights))
 
 
-def everywhere(batch: dict) -> dict:
+def everywhere(batch: batches.LanguageModel) -> batches.LanguageModel:
   """The same batch with the targets spread over every position (weight 0 where unmasked): our
   head then runs on every position, as HF's does."""
-  full = {k: v for k, v in batch.items() if k != 'target_positions'}
-  full['targets'], full['target_weights'] = hf_flax.targets_everywhere(batch)
-  return full
+  targets, target_weights = hf_flax.targets_everywhere(batch)
+  return batch.replace(targets=targets, target_weights=target_weights, target_positions=None)
 
 
 def main(_):

@@ -67,7 +67,7 @@ class DataConfig:
   eval_tokens: int = settings.setting(65536, R)
   # Data-order seed, shared by all model seeds so seeds differ only in init and dropout.
   seed: int = settings.setting(0, R)
-  prefetch: int = settings.setting(2, T)  # Batches prefetched by tf.data.
+  prefetch: int = settings.setting(2, T)  # Batches prepared ahead, in as many threads.
   # The training split cut into this many contiguous shards, each filling an equal part of every
   # batch with its own shuffle (data/sources.py TrainShards): a process reads only the shards its
   # rows draw from. 1: one shuffle of the whole split, read by every process. On k hosts use a

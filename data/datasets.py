@@ -2,7 +2,7 @@
 
 ``load(data_config, workdir)`` resolves ``data.name`` (``data.DATASETS``) to a source, a
 tokenizer and a ``DatasetInfo``, preparing embedded datasets and training SentencePiece on first
-use. Batches are dicts of NumPy arrays (``data/pipeline.py``).
+use. Batches are ``data/batches.py``'s types, ordered by its one sampler.
 
 Multi-host: the data a step sees does not depend on the number of processes, and for evaluation
 each process reads the whole (small) split and keeps its part (``Dataset``'s methods).
@@ -17,15 +17,16 @@ import os
 from typing import Callable, Iterable, Iterator
 
 import jax
-import ml_collections
+import numpy as np
 
 import data
+from data import batches
+from data.config import DataConfig
 from data import builders
 from data import corpus
 from data import files as files_lib
 from data import fortunes
 from data import listops
-from settings import lists
 from data import lm
 from data import manpages
 from data import pipeline
@@ -33,7 +34,6 @@ from data import position_probes
 from data import sources
 import storage
 from data import tokenizers
-from data.pipeline import Batch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,7 +90,7 @@ def embedded_builder(name: str, data_dir: str | None) -> builders.EmbeddedBuilde
   return _BUILDERS[builder](config=config, data_dir=data_dir)
 
 
-def load_tokenizer(data_config: ml_collections.ConfigDict, workdir: str | None,
+def load_tokenizer(data_config: DataConfig, workdir: str | None,
                    read_training_texts: Callable[[], Iterable[bytes]] | None = None
                    ) -> tokenizers.Tokenizer:
   """``data.tokenizer``: bytes, or the workdir's SentencePiece, WordPiece or byte-level BPE
@@ -116,7 +116,7 @@ def load_tokenizer(data_config: ml_collections.ConfigDict, workdir: str | None,
   raise ValueError(f'Unknown data.tokenizer {data_config.tokenizer!r}; valid: {data.TOKENIZERS}')
 
 
-def _source(data_config: ml_collections.ConfigDict, workdir: str | None, task: str
+def _source(data_config: DataConfig, workdir: str | None, task: str
             ) -> tuple[sources.Source, builders.EmbeddedBuilder | None]:
   """The source of ``data.name`` by its kind (and its builder if embedded), prepared."""
   name, entry = data_config.name, data.DATASETS.get(data_config.name)
@@ -141,7 +141,7 @@ def _source(data_config: ml_collections.ConfigDict, workdir: str | None, task: s
       workdir=workdir, regression=data_config.regression), None
 
 
-def load(data_config: ml_collections.ConfigDict, workdir: str | None, *,
+def load(data_config: DataConfig, workdir: str | None, *,
          pair_layout: str = 'joint', task: str = 'classify') -> Dataset | LanguageModelDataset:
   """Resolves ``data.name`` to a source, tokenizer and info (preparing embedded datasets);
   sentence pairs are batched as ``pair_layout`` says ('joint' or 'dual', ``data/pipeline.py``).
@@ -191,7 +191,7 @@ def _process(process_index: int | None, process_count: int | None,
 @dataclasses.dataclass(frozen=True)
 class Dataset:
   """A resolved ``data.name``: what it holds, where its examples come from, how they are
-  tokenized (``prefetch``: batches prepared ahead by tf.data; ``pair_layout``: how sentence
+  tokenized (``prefetch``: batches prepared ahead; ``pair_layout``: how sentence
   pairs are batched), and its batches."""
 
   info: DatasetInfo
@@ -208,7 +208,7 @@ class Dataset:
 
   def train_batches(self, *, seed: int, global_batch_size: int, start_step: int = 0,
                     process_index: int | None = None,
-                    process_count: int | None = None) -> Iterator[Batch]:
+                    process_count: int | None = None) -> Iterator[batches.Classification]:
     """Infinite training batches (this process's rows of each global batch), reshuffled every
     epoch.
 
@@ -221,14 +221,16 @@ class Dataset:
     if not self.source.num_examples('train'):
       raise ValueError(f'The training split of {self.info.name} is empty.')
     shards = _shards(self.num_shards, process_index, process_count, global_batch_size)
-    return pipeline.train_batches(
-        sources.read_shards(self.source, 'train', shards), self.tokenizer, shards=shards,
-        length=self.info.train_length, seed=seed, start_step=start_step,
-        prefetch=self.prefetch, pair_layout=self.pair_layout)
+    parts = sources.read_shards(self.source, 'train', shards)
+    make = pipeline.maker(*(np.concatenate(p) for p in zip(*parts)), self.tokenizer,
+                          length=self.info.train_length, pair_layout=self.pair_layout)
+    return batches.train(make, [len(labels) for _, labels in parts], shards,
+                         shuffle=batches.index_shuffle(seed), start_step=start_step,
+                         prefetch=self.prefetch)
 
   def eval_batches(self, split: str, *, global_batch_size: int, max_length: int | None = None,
                    process_index: int | None = None,
-                   process_count: int | None = None) -> Iterator[Batch]:
+                   process_count: int | None = None) -> Iterator[batches.Classification]:
     """All examples of a split once (over all processes), in fixed order, then weight-0 padding.
 
     Process p of k reads and evaluates only the p-th of k contiguous parts of the split; every
@@ -242,10 +244,10 @@ class Dataset:
       raise ValueError(f'{self.info.name} has no split {split!r}; valid: {list(lengths)}')
     texts, labels = self.source.read(split, index, count)
     num_batches = math.ceil(math.ceil(self.source.num_examples(split) / count) / batch_size)
-    return pipeline.eval_batches(
-        texts, labels, self.tokenizer,
-        length=max_length or lengths[split], batch_size=batch_size, num_batches=num_batches,
-        prefetch=self.prefetch, pair_layout=self.pair_layout)
+    make = pipeline.maker(texts, labels, self.tokenizer, length=max_length or lengths[split],
+                          pair_layout=self.pair_layout)
+    return batches.evaluate(make, batch_size=batch_size, num_batches=num_batches,
+                            prefetch=self.prefetch)
 
 
 def eval_splits_for_length(info: DatasetInfo, length: int) -> list[str]:
@@ -276,10 +278,11 @@ class LanguageModelDataset:
   tokenizer: tokenizers.Tokenizer
   targets: lm.Targets
   eval_tokens: int
+  prefetch: int
   num_shards: int = 1  # data.num_shards: see sources.TrainShards
 
   @classmethod
-  def load(cls, data_config: ml_collections.ConfigDict, workdir: str | None,
+  def load(cls, data_config: DataConfig, workdir: str | None,
            source: sources.Source, task: str) -> LanguageModelDataset:
     tokenizer = load_tokenizer(data_config, workdir,
                                lambda: lm.corpus_texts(source.read, 'train'))
@@ -288,7 +291,7 @@ class LanguageModelDataset:
                        'train.task=mlm needs: use a tokenizer that has one (byte, wordpiece, '
                        'bpe, or a SentencePiece model trained by this version).')
     length = data_config.max_length
-    extra = lists.parse(data_config.eval_lengths, 'data.eval_lengths', int)
+    extra = list(data_config.eval_lengths)
     masking = lm.Masking(tokenizer, tokenizer.vocab_size, data_config.mask_rate,
                          data_config.whole_word_masking) if task == 'mlm' else None
     info = DatasetInfo(
@@ -298,7 +301,7 @@ class LanguageModelDataset:
                      **{f'test_{n}': n for n in extra if n != length}},
         num_train_examples=source.num_examples('train'), task=task)
     return cls(info, source, tokenizer, lm.Targets(task, masking, data_config.seed),
-               data_config.eval_tokens, data_config.num_shards)
+               data_config.eval_tokens, data_config.prefetch, data_config.num_shards)
 
   def stream(self, split: str) -> lm.Stream:
     """A split's documents tokenized (cached; ``test_<n>`` is ``test``)."""
@@ -326,15 +329,19 @@ class LanguageModelDataset:
 
   def train_batches(self, *, seed: int, global_batch_size: int, start_step: int = 0,
                     process_index: int | None = None,
-                    process_count: int | None = None) -> Iterator[dict]:
+                    process_count: int | None = None) -> Iterator[batches.LanguageModel]:
     """As ``Dataset.train_batches``, of packed rows (``data/lm.py``)."""
     shards = _shards(self.num_shards, process_index, process_count, global_batch_size)
-    return lm.train_batches(self.train_rows(shards), self.targets, shards=shards, seed=seed,
-                            start_step=start_step)
+    parts = self.train_rows(shards)
+    make = lm.maker({k: np.concatenate([p[k] for p in parts]) for k in parts[0]}, self.targets,
+                    stream_id=0)
+    return batches.train(make, [len(p['inputs']) for p in parts], shards,
+                         shuffle=batches.permutations(seed, len(parts)), start_step=start_step,
+                         prefetch=self.prefetch)
 
   def eval_batches(self, split: str, *, global_batch_size: int, max_length: int | None = None,
                    process_index: int | None = None,
-                   process_count: int | None = None) -> Iterator[dict]:
+                   process_count: int | None = None) -> Iterator[batches.LanguageModel]:
     """As ``Dataset.eval_batches``: the first ``data.eval_tokens`` tokens of the split, packed at
     ``max_length`` (default: the split's length)."""
     index, count, batch_size = _process(process_index, process_count, global_batch_size)
@@ -344,10 +351,10 @@ class LanguageModelDataset:
     packed = _rows(self, split.split('_')[0], max_length or self._length(split))
     num = len(packed['inputs'])
     start, stop = sources.shard_bounds(num, index, count)
-    return lm.eval_batches({k: v[start:stop] for k, v in packed.items()}, self.targets,
-                           batch_size=batch_size,
-                           num_batches=math.ceil(math.ceil(num / count) / batch_size),
-                           first_slot=start)
+    make = lm.maker({k: v[start:stop] for k, v in packed.items()}, self.targets, stream_id=1)
+    return batches.evaluate(make, batch_size=batch_size, first_slot=start,
+                            num_batches=math.ceil(math.ceil(num / count) / batch_size),
+                            prefetch=self.prefetch)
 
 
 @functools.lru_cache(maxsize=8)

@@ -6,20 +6,14 @@ has padding (``packing_efficiency``: real tokens / slots). In a row, ``segments`
 documents (pieces) 1, 2, ... (0 at padding), attention stays within one (``models.attention``),
 and ``positions`` restart at 0 at each document's first token and at the row's start.
 
-A batch is a dict of NumPy arrays, b rows of L:
+A batch (``batches.LanguageModel``) is b rows of L: MLM predicts BERT's masked tokens
+(``Masking``; M = ceil(mask_rate L) + 1 slots, weight 0 at unused ones), CLM the next token where
+it is in the same document.
 
-* ``inputs``, ``positions``, ``segments`` int32 [b, L], ``mask`` bool [b, L] (real tokens);
-* MLM (BERT's masking, ``mask_tokens``): ``targets`` int32 [b, M] (the original tokens),
-  ``target_positions`` int32 [b, M] and ``target_weights`` float32 [b, M] (1 at a masked token,
-  0 at unused slots; M = ceil(mask_rate L) + 1);
-* CLM: ``targets`` [b, L], the next token, ``target_weights`` [b, L], 1 where the next token is
-  in the same document.
-
-Order and randomness: training row j of global batch s (G rows) is the (s G + j) mod R-th entry
-of a permutation of the R rows that depends only on (seed, epoch); its masking depends only on
-(seed, s G + j). So a process yields its rows alone, and starting at step s yields exactly what a
-fresh iterator yields from its s-th batch on (bitwise resume). Evaluation reads the first
-``eval_tokens`` tokens of a split's stream, the same text at every length, masked by row.
+Order and randomness: training rows are ordered as ``data/batches.py`` says; a row's masking
+depends only on (seed, its slot s G + j), so a process masks its rows alone and resuming at step
+s is bitwise. Evaluation reads the first ``eval_tokens`` tokens of a split's stream, the same
+text at every length, masked by row.
 """
 
 from __future__ import annotations
@@ -27,14 +21,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Callable, Iterator
+from typing import Callable
 
 import numpy as np
 
-from data import sources
+from data import batches
 from data import tokenizers
-
-Batch = dict[str, np.ndarray]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,13 +130,13 @@ class Masking:
                 target_weights=np.r_[np.ones(len(chosen)), np.zeros(pad)].astype(np.float32))
 
 
-def next_tokens(rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-  """CLM targets of packed rows: the next token where it is in the same document."""
+def next_tokens(rows: dict[str, np.ndarray]) -> batches.LanguageModel:
+  """Packed rows with CLM targets: the next token where it is in the same document."""
   targets = np.zeros_like(rows['inputs'])
   targets[:, :-1] = rows['inputs'][:, 1:]
   same = np.zeros_like(rows['mask'])
   same[:, :-1] = rows['mask'][:, 1:] & (rows['segments'][:, 1:] == rows['segments'][:, :-1])
-  return dict(rows, targets=targets, target_weights=same.astype(np.float32))
+  return batches.LanguageModel(**rows, targets=targets, target_weights=same.astype(np.float32))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,7 +148,7 @@ class Targets:
   seed: int
 
   def __call__(self, rows: dict[str, np.ndarray], slots: np.ndarray,
-               stream_id: int) -> dict[str, np.ndarray]:
+               stream_id: int) -> batches.LanguageModel:
     """``rows`` [b, L] with targets; row i is masked from (seed, ``stream_id``, slots[i])."""
     if self.task == 'clm':
       return next_tokens(rows)
@@ -165,46 +157,19 @@ class Targets:
     masked = [self.masking.apply({k: v[i] for k, v in rows.items()},
                                  np.random.default_rng([self.seed, stream_id, int(slot)]), num)
               for i, slot in enumerate(slots)]
-    return {k: np.stack([m[k] for m in masked]) for k in masked[0]}
+    return batches.LanguageModel(**{k: np.stack([m[k] for m in masked]) for k in masked[0]})
 
 
-def train_batches(parts: list[dict[str, np.ndarray]], targets: Targets, *,
-                  shards: sources.TrainShards, seed: int, start_step: int) -> Iterator[Batch]:
-  """Infinite training batches from ``start_step`` on: this process's ``shards.rows`` (first
-  row, number b) of each global batch, from ``parts``, the packed rows of the shards
-  ``shards.needed`` (see the module doc)."""
-  first_row, batch_size = shards.rows
-  packed = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-  sizes = [len(p['inputs']) for p in parts]
-  offsets = np.cumsum([0] + sizes[:-1])
-  permutation = functools.lru_cache(maxsize=2 * len(parts))(
-      lambda key, num: np.random.default_rng([seed, key]).permutation(num))
-  rows, first_shard = first_row + np.arange(batch_size), shards.needed.start
-  step = start_step
-  while True:
-    index = []
-    for row in rows:
-      shard, slot = shards.locate(step, int(row))
-      num = sizes[shard - first_shard]
-      order = permutation(shards.epoch_key(slot // num, shard), num)
-      index.append(offsets[shard - first_shard] + order[slot % num])
-    slots = step * shards.global_batch_size + rows
-    yield targets({k: v[np.asarray(index)] for k, v in packed.items()}, slots, stream_id=0)
-    step += 1
-
-
-def eval_batches(packed: dict[str, np.ndarray], targets: Targets, *, batch_size: int,
-                 num_batches: int, first_slot: int) -> Iterator[Batch]:
-  """Exactly ``num_batches`` batches of the given rows in order (slots from ``first_slot``, for
-  masking), then padding rows, which predict nothing (weight 0)."""
+def maker(packed: dict[str, np.ndarray], targets: Targets, stream_id: int) -> batches.Make:
+  """Batches of the ``packed`` rows, masked from (seed, ``stream_id``, slot); row R and after
+  are padding, which predicts nothing (weight 0)."""
   num = len(packed['inputs'])
-  for start in range(0, num_batches * batch_size, batch_size):
-    index = np.arange(start, start + batch_size)
-    real = index < num
-    rows = {k: v[np.minimum(index, max(num - 1, 0))] for k, v in packed.items()}
-    batch = targets(rows, first_slot + index, stream_id=1)
-    batch['target_weights'] = batch['target_weights'] * real[:, None]
-    yield batch
+
+  def make(examples: np.ndarray, slots: np.ndarray) -> batches.LanguageModel:
+    rows = {k: v[np.minimum(examples, max(num - 1, 0))] for k, v in packed.items()}
+    batch = targets(rows, slots, stream_id)
+    return batch.replace(target_weights=batch.target_weights * (examples < num)[:, None])
+  return make
 
 
 def corpus_texts(read: Callable[[str], tuple[np.ndarray, np.ndarray]], split: str) -> list[bytes]:

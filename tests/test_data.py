@@ -11,6 +11,7 @@ import time
 
 import hypothesis
 from hypothesis import strategies as st
+import jax
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -20,6 +21,7 @@ import data
 from configs import default
 from configs.lra import listops as lra_listops
 from configs.lra import retrieval as lra_retrieval
+from data import batches as batches_lib
 from data import builders
 from data import datasets
 from data import files as files_lib
@@ -125,7 +127,7 @@ def test_sentencepiece_through_the_pipeline(tmp_path):
   info = info_of(config, workdir=workdir)
   assert info.vocab_size <= 80 and os.path.exists(os.path.join(workdir, 'spm.model'))
   batch = next(train_batches(config, workdir=workdir, seed=0, global_batch_size=4))
-  assert batch['inputs'].shape == (4, 12) and (batch['inputs'] < info.vocab_size).all()
+  assert batch.inputs.shape == (4, 12) and (batch.inputs < info.vocab_size).all()
   with pytest.raises(ValueError, match='needs a workdir'):
     info_of(config, workdir=None)
 
@@ -149,10 +151,10 @@ def test_files_csv_tsv_jsonl_with_string_labels(tmp_path):
   # The test split defaults to the validation files.
   batches = _take(eval_batches(config, 'test', workdir=workdir, global_batch_size=4), 5)
   assert len(batches) == 1
-  np.testing.assert_array_equal(batches[0]['label'], [1, 0, 0, 0])
-  np.testing.assert_array_equal(batches[0]['weight'], [1, 1, 0, 0])
-  assert tokenizers.ByteTokenizer().decode(batches[0]['inputs'][0]) == b'fine'
-  assert (batches[0]['inputs'][1, 1:] == tokenizers.PAD_ID).all()  # Empty text: [CLS] only.
+  np.testing.assert_array_equal(batches[0].label, [1, 0, 0, 0])
+  np.testing.assert_array_equal(batches[0].weight, [1, 1, 0, 0])
+  assert tokenizers.ByteTokenizer().decode(batches[0].inputs[0]) == b'fine'
+  assert (batches[0].inputs[1, 1:] == tokenizers.PAD_ID).all()  # Empty text: [CLS] only.
 
 
 def test_files_classes_json_is_reused(tmp_path):
@@ -165,7 +167,7 @@ def test_files_classes_json_is_reused(tmp_path):
   config = _config(name='files', train_files=later, validation_files=later)
   assert info_of(config, workdir=workdir).class_names == ('a', 'b', 'c')
   batch = next(eval_batches(config, 'validation', workdir=workdir, global_batch_size=2))
-  np.testing.assert_array_equal(batch['label'], [1, 2])
+  np.testing.assert_array_equal(batch.label, [1, 2])
 
 
 def test_files_integer_labels_and_range_error(tmp_path):
@@ -191,8 +193,8 @@ def test_files_non_utf8_bytes_are_kept(tmp_path):
   train = _write(tmp_path / 'train.csv', b'text,label\n"caf\xe9 \xff",a\n,b\n')
   config = _config(name='files', train_files=train, validation_files=train, max_length=8)
   batch = next(eval_batches(config, 'validation', workdir=None, global_batch_size=2))
-  assert tokenizers.ByteTokenizer().decode(batch['inputs'][0]) == b'caf\xe9 \xff'
-  np.testing.assert_array_equal(batch['inputs'][1], [1] + [0] * 7)
+  assert tokenizers.ByteTokenizer().decode(batch.inputs[0]) == b'caf\xe9 \xff'
+  np.testing.assert_array_equal(batch.inputs[1], [1] + [0] * 7)
 
 
 def test_files_errors(tmp_path):
@@ -254,7 +256,7 @@ def test_files_holdout_validation(tmp_path):
       columns=files_lib.Columns(text='text', label='label'), workdir=None).read('train')
   held_out = [tokenizers.ByteTokenizer().decode(row) for batch in eval_batches(
       config, 'validation', workdir=None, global_batch_size=8) for row, w in
-      zip(batch['inputs'], batch['weight']) if w]
+      zip(batch.inputs, batch.weight) if w]
   assert len(held_out) == 5 and not set(held_out) & set(train_texts)
 
 
@@ -264,18 +266,18 @@ def test_files_holdout_validation(tmp_path):
 def test_batches_shapes_dtypes_cls_positions(tmp_path):
   config = _config(name='files', train_files=_csv_dataset(tmp_path, 30), max_length=12)
   batch = next(train_batches(config, workdir=None, seed=0, global_batch_size=8))
-  assert set(batch) == {'inputs', 'positions', 'mask', 'label', 'weight'}
-  assert batch['inputs'].shape == (8, 12) and batch['inputs'].dtype == np.int32
-  assert batch['positions'].shape == (8, 12) and batch['positions'].dtype == np.int32
-  assert batch['label'].shape == (8,) and batch['label'].dtype == np.int32
-  assert batch['weight'].shape == (8,) and batch['weight'].dtype == np.float32
-  assert (batch['inputs'][:, 0] == tokenizers.CLS_ID).all() and (batch['weight'] == 1).all()
-  real = batch['inputs'] != tokenizers.PAD_ID
-  np.testing.assert_array_equal(batch['mask'], real)
-  lengths = [1 + len(tokenizers.ByteTokenizer().decode(row)) for row in batch['inputs']]
+  assert isinstance(batch, batches_lib.Classification) and batch.token_types is None
+  assert batch.inputs.shape == (8, 12) and batch.inputs.dtype == np.int32
+  assert batch.positions.shape == (8, 12) and batch.positions.dtype == np.int32
+  assert batch.label.shape == (8,) and batch.label.dtype == np.int32
+  assert batch.weight.shape == (8,) and batch.weight.dtype == np.float32
+  assert (batch.inputs[:, 0] == tokenizers.CLS_ID).all() and (batch.weight == 1).all()
+  real = batch.inputs != tokenizers.PAD_ID
+  np.testing.assert_array_equal(batch.mask, real)
+  lengths = [1 + len(tokenizers.ByteTokenizer().decode(row)) for row in batch.inputs]
   np.testing.assert_array_equal(real.sum(1), lengths)
-  np.testing.assert_array_equal(batch['positions'], np.where(real, np.arange(12), 0))
-  for row, label in zip(batch['inputs'], batch['label']):  # 'example <i>' has label i % 3.
+  np.testing.assert_array_equal(batch.positions, np.where(real, np.arange(12), 0))
+  for row, label in zip(batch.inputs, batch.label):  # 'example <i>' has label i % 3.
     assert int(tokenizers.ByteTokenizer().decode(row).split()[1]) % 3 == label
 
 
@@ -287,17 +289,16 @@ def test_train_resume_is_identical_and_epochs_reshuffle(tmp_path):
   resumed = _take(train_batches(config, workdir=None, seed=3, global_batch_size=4,
                                       start_step=5), 2)
   for a, b in zip(fresh[5:], resumed):
-    for key in a:
-      np.testing.assert_array_equal(a[key], b[key])
+    jax.tree.map(np.testing.assert_array_equal, a, b)
   # Epochs: 23 examples, 4 per batch; every epoch is a permutation, and the order changes.
   long = _take(train_batches(config, workdir=None, seed=3, global_batch_size=4), 24)
-  texts = [bytes(r) for b in long for r in b['inputs']]
+  texts = [bytes(r) for b in long for r in b.inputs]
   epochs = [texts[i * 23:(i + 1) * 23] for i in range(4)]
   for epoch in epochs:
     assert len(set(epoch)) == 23
   assert epochs[0] != epochs[1]
   other_seed = _take(train_batches(config, workdir=None, seed=4, global_batch_size=4), 6)
-  assert [bytes(r) for b in other_seed for r in b['inputs']] != texts[:24]
+  assert [bytes(r) for b in other_seed for r in b.inputs] != texts[:24]
 
 
 def test_process_rows_make_the_global_batch(tmp_path):
@@ -308,10 +309,9 @@ def test_process_rows_make_the_global_batch(tmp_path):
                                      process_index=index, process_count=2, start_step=1), 5)
            for index in range(2)]
   for step in range(1, 6):  # Process p's rows of global batch s, from any start step.
-    for key in whole[step]:
-      np.testing.assert_array_equal(
-          np.concatenate([parts[0][step - 1][key], parts[1][step - 1][key]]), whole[step][key])
-  assert len({bytes(r) for b in whole[:5] for r in b['inputs']}) == 40  # 5 x 8: one epoch.
+    jax.tree.map(lambda a, b, w: np.testing.assert_array_equal(np.concatenate([a, b]), w),
+                 parts[0][step - 1], parts[1][step - 1], whole[step])
+  assert len({bytes(r) for b in whole[:5] for r in b.inputs}) == 40  # 5 x 8: one epoch.
   with pytest.raises(ValueError, match='not a positive multiple'):
     train_batches(config, workdir=None, seed=0, global_batch_size=9, process_count=2,
                         process_index=0)
@@ -340,11 +340,11 @@ def test_eval_multihost_covers_every_example_once(tmp_path, count):
   assert len({len(batches) for batches in per_host}) == 1  # Same number of batches everywhere.
   seen = collections.Counter(
       tokenizers.ByteTokenizer().decode(row) for batches in per_host for b in batches
-      for row, w in zip(b['inputs'], b['weight']) if w == 1)
+      for row, w in zip(b.inputs, b.weight) if w == 1)
   assert seen == collections.Counter(f'example {i}'.encode() for i in range(11))
   for batches in per_host:
     for b in batches:
-      assert (b['inputs'][b['weight'] == 0, 1:] == tokenizers.PAD_ID).all()
+      assert (b.inputs[b.weight == 0, 1:] == tokenizers.PAD_ID).all()
 
 
 def test_eval_max_length_override(tmp_path):
@@ -352,8 +352,8 @@ def test_eval_max_length_override(tmp_path):
   natural = next(eval_batches(config, 'validation', workdir=None, global_batch_size=2))
   longer = next(eval_batches(config, 'validation', workdir=None, global_batch_size=2,
                                    max_length=32))
-  assert natural['inputs'].shape == (2, 8) and longer['inputs'].shape == (2, 32)
-  np.testing.assert_array_equal(longer['inputs'][:, :8], natural['inputs'])  # Short texts.
+  assert natural.inputs.shape == (2, 8) and longer.inputs.shape == (2, 32)
+  np.testing.assert_array_equal(longer.inputs[:, :8], natural.inputs)  # Short texts.
   with pytest.raises(ValueError, match="no split 'test_128'"):
     eval_batches(config, 'test_128', workdir=None, global_batch_size=2)
 
@@ -402,12 +402,12 @@ def test_tfds_text_datasets_with_mock_data(tmp_path, name, num_classes):
     assert info.eval_splits == {'validation': 32, 'test': 32}
     assert 0 < info.num_train_examples <= 20
     batch = next(train_batches(config, workdir=None, seed=0, global_batch_size=4))
-    assert batch['inputs'].shape == (4, 32) and (batch['inputs'][:, 0] == tokenizers.CLS_ID).all()
-    assert (batch['inputs'][:, 1] != tokenizers.PAD_ID).all()  # The text field was found.
-    assert ((batch['label'] >= 0) & (batch['label'] < num_classes)).all()
+    assert batch.inputs.shape == (4, 32) and (batch.inputs[:, 0] == tokenizers.CLS_ID).all()
+    assert (batch.inputs[:, 1] != tokenizers.PAD_ID).all()  # The text field was found.
+    assert ((batch.label >= 0) & (batch.label < num_classes)).all()
     # Mock data yield 20 examples for any split.
     test = _take(eval_batches(config, 'test', workdir=None, global_batch_size=8), 10)
-    assert len(test) == 3 and sum(b['weight'].sum() for b in test) == 20
+    assert len(test) == 3 and sum(b.weight.sum() for b in test) == 20
   assert datasets.eval_splits_for_length(info, 1024) == ['test']
 
 
@@ -425,9 +425,9 @@ def test_glue_pair_tasks_with_mock_data(tmp_path, name, num_classes):
     dataset = datasets.load(config, None)
     assert dataset.info.pairs and dataset.info.num_classes == num_classes
     batch = next(dataset.eval_batches('test', global_batch_size=4))
-    assert batch['token_types'].shape == (4, 32)
-    assert ((batch['inputs'] == tokenizers.SEP_ID).sum(1) == 2).all()
-    assert batch['label'].dtype == (np.float32 if name == 'glue/stsb' else np.int32)
+    assert batch.token_types.shape == (4, 32)
+    assert ((batch.inputs == tokenizers.SEP_ID).sum(1) == 2).all()
+    assert batch.label.dtype == (np.float32 if name == 'glue/stsb' else np.int32)
 
 
 # ---------------------------------------------------------------- position probes
@@ -506,11 +506,11 @@ def test_probes_prepared_on_first_use(tmp_path):
     datasets.eval_splits_for_length(info, 100)
   # 500 examples up to 128 tokens, then 32,768 tokens' worth per split.
   batches = _take(eval_batches(config, 'test_128_far', workdir=None, global_batch_size=128), 9)
-  assert len(batches) == 2 and batches[0]['inputs'].shape == (128, 128)
-  assert (batches[0]['inputs'] != tokenizers.PAD_ID).all()  # Exactly 128 tokens.
-  assert sum(b["weight"].sum() for b in batches) == 256
+  assert len(batches) == 2 and batches[0].inputs.shape == (128, 128)
+  assert (batches[0].inputs != tokenizers.PAD_ID).all()  # Exactly 128 tokens.
+  assert sum(b.weight.sum() for b in batches) == 256
   batches = _take(eval_batches(config, 'test_1024_near', workdir=None, global_batch_size=64), 9)
-  assert sum(b["weight"].sum() for b in batches) == 32
+  assert sum(b.weight.sum() for b in batches) == 32
   with pytest.raises(ValueError, match='would cut them'):
     info_of(_config(name='position_probes/order', data_dir=str(tmp_path), max_length=32),
                   workdir=None)
@@ -544,7 +544,7 @@ def test_listops_generation_and_builder(tmp_path):
   assert listops.generate(config, 'test')[0] != texts  # and seeded per split.
   builder = listops.Listops(config=config, data_dir=str(tmp_path))
   sources.prepare(builder)
-  assert builder.info.features['label'].num_classes == 10
+  assert builder.info.features.label.num_classes == 10
   assert builder.info.splits['validation'].num_examples == 30
 
 
@@ -577,7 +577,7 @@ def test_fortunes_dataset(tmp_path):
   batches = list(eval_batches(_config(name='fortunes', data_dir=str(tmp_path),
                                             max_length=128), 'test', workdir=None,
                                     global_batch_size=256))
-  assert sum(b['weight'].sum() for b in batches) == len(examples['test'])
+  assert sum(b.weight.sum() for b in batches) == len(examples['test'])
 
 
 # ---------------------------------------------------------------- man pages
@@ -701,11 +701,11 @@ def test_lra_retrieval_release_files_read_with_its_config(tmp_path):
   assert texts.shape == (12, 2) and tuple(texts[1]) == (b'paper 1 cites', b'paper 101 is cited')
   assert list(labels[:3]) == [0, 1, 0]
   batch = next(dataset.eval_batches('test', global_batch_size=4))
-  assert batch['inputs'].shape == batch['mask'].shape == (4, 2, 32) and 'token_types' not in batch
+  assert batch.inputs.shape == batch.mask.shape == (4, 2, 32) and batch.token_types is None
   tokenizer = dataset.tokenizer
-  assert tokenizer.decode(batch['inputs'][1, 1]) == b'paper 101 is cited'
-  assert batch['positions'][1, 0, :3].tolist() == [0, 1, 2]
-  assert next(dataset.train_batches(seed=0, global_batch_size=4))['inputs'].shape == (4, 2, 32)
+  assert tokenizer.decode(batch.inputs[1, 1]) == b'paper 101 is cited'
+  assert batch.positions[1, 0, :3].tolist() == [0, 1, 2]
+  assert next(dataset.train_batches(seed=0, global_batch_size=4)).inputs.shape == (4, 2, 32)
 
 
 def test_headerless_files_need_their_columns_named(tmp_path):
@@ -746,11 +746,11 @@ def test_joint_pairs_from_jsonl_files(tmp_path):
   config = _config(name='files', train_files=path, text_column='text_a', text_b_column='text_b',
                    max_length=12)
   batch = next(eval_batches(config, 'validation', global_batch_size=2))
-  assert batch['inputs'].shape == batch['token_types'].shape == (2, 12)
+  assert batch.inputs.shape == batch.token_types.shape == (2, 12)
   tokenizer = tokenizers.ByteTokenizer()
-  row = batch['inputs'][0]
+  row = batch.inputs[0]
   assert row[0] == tokenizers.CLS_ID and (row == tokenizers.SEP_ID).sum() == 2
-  assert tokenizer.decode(row[batch['token_types'][0] == 1]) == b'answer'
+  assert tokenizer.decode(row[batch.token_types[0] == 1]) == b'answer'
 
 
 def _wordpiece_vocab(tmp_path) -> str:
@@ -815,5 +815,5 @@ def test_huggingface_tokenizer_through_the_pipeline(tmp_path):
   assert dataset.info.vocab_size == 14
   batch = next(dataset.eval_batches('validation', global_batch_size=2))
   # [CLS] the cat sat [UNK] [SEP] [PAD] [PAD]: the mask follows the tokenizer's [PAD] id.
-  assert batch['inputs'][0].tolist() == [2, 5, 6, 7, 1, 3, 0, 0]
-  assert batch['mask'][0].tolist() == [True] * 6 + [False] * 2
+  assert batch.inputs[0].tolist() == [2, 5, 6, 7, 1, 3, 0, 0]
+  assert batch.mask[0].tolist() == [True] * 6 + [False] * 2

@@ -2,6 +2,7 @@
 global batches do not depend on the number of processes, and a resumed iterator continues
 exactly."""
 
+import jax
 import numpy as np
 import pytest
 
@@ -29,8 +30,7 @@ def _take(iterator, n):
 
 def _joined(parts):
   """The global batches from each process's batches (rows in process order)."""
-  return [{k: np.concatenate([p[i][k] for p in parts]) for k in parts[0][i]}
-          for i in range(len(parts[0]))]
+  return [jax.tree.map(lambda *rows: np.concatenate(rows), *batches) for batches in zip(*parts)]
 
 
 @pytest.mark.parametrize('task', ['classify', 'mlm'])
@@ -49,12 +49,12 @@ def test_two_processes_read_their_shards_and_form_the_global_batches(run_config,
     assert sorted({r for r in reads if r[0] == 'train'}) == [('train', 2 * p, 4),
                                                              ('train', 2 * p + 1, 4)]
   for batch, joined in zip(single, _joined(pair)):
-    assert all(np.array_equal(batch[k], joined[k]) for k in batch)
+    jax.tree.map(np.testing.assert_array_equal, batch, joined)
   # Resume: from step 7 exactly what the fresh iterator gave at step 7.
   resumed = _take(own.train_batches(seed=1, global_batch_size=8, start_step=7,
                                         process_index=1, process_count=2), 5)
   for a, b in zip(resumed, pair[1][7:]):
-    assert all(np.array_equal(a[k], b[k]) for k in a)
+    jax.tree.map(np.testing.assert_array_equal, a, b)
 
 
 def test_each_shard_fills_its_rows_with_its_own_examples(run_config, csv_file, tmp_path):
@@ -62,7 +62,7 @@ def test_each_shard_fills_its_rows_with_its_own_examples(run_config, csv_file, t
   texts = {j: set(dataset.source.read('train', j, 2)[0]) for j in range(2)}
   batches = _take(dataset.train_batches(seed=0, global_batch_size=4, process_index=0,
                                         process_count=1), 80)
-  decode = lambda batch, row: dataset.tokenizer.decode(batch['inputs'][row][batch['mask'][row]])
+  decode = lambda batch, row: dataset.tokenizer.decode(batch.inputs[row][batch.mask[row]])
   for batch in batches:
     for row in range(4):
       assert decode(batch, row) in texts[row // 2]

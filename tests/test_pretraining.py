@@ -59,30 +59,30 @@ def masked_rows(whole_word: bool, rows: int = 400, length: int = 128):
 def test_bert_masking_statistics():
   tokenizer, packed, batch = masked_rows(whole_word=False)
   s = tokenizer.specials
-  original = packed['inputs'][:len(batch['inputs'])]
-  weights = batch['target_weights'] > 0
-  where = batch['target_positions'][weights]
+  original = packed['inputs'][:len(batch.inputs)]
+  weights = batch.target_weights > 0
+  where = batch.target_positions[weights]
   rows = np.nonzero(weights)[0]
-  np.testing.assert_array_equal(original[rows, where], batch['targets'][weights])
+  np.testing.assert_array_equal(original[rows, where], batch.targets[weights])
   candidates = packed['mask'][:len(original)] & ~np.isin(original, [s.cls, s.sep, s.pad])
   assert abs(weights.sum() / candidates.sum() - 0.15) < 0.005
-  corrupted = batch['inputs'][rows, where]
+  corrupted = batch.inputs[rows, where]
   as_mask = np.mean(corrupted == s.mask)
-  kept = np.mean(corrupted == batch['targets'][weights])
+  kept = np.mean(corrupted == batch.targets[weights])
   assert abs(as_mask - 0.8) < 0.02 and abs(kept - 0.1 - 0.1 / 256) < 0.02
   assert abs(1 - as_mask - kept - 0.1) < 0.02  # random replacements
   assert not np.isin(original[rows, where], [s.cls, s.sep, s.pad]).any()
   unchanged = np.ones_like(original, bool)
   unchanged[rows, where] = False
-  np.testing.assert_array_equal(batch['inputs'][unchanged], original[unchanged])
-  assert batch['targets'].shape[1] == lm.max_predictions(128, 0.15)
+  np.testing.assert_array_equal(batch.inputs[unchanged], original[unchanged])
+  assert batch.targets.shape[1] == lm.max_predictions(128, 0.15)
 
 
 def test_whole_word_masking_masks_whole_words():
   tokenizer, packed, batch = masked_rows(whole_word=True, rows=50)
   for i in range(50):
     ids = packed['inputs'][i]
-    chosen = set(batch['target_positions'][i][batch['target_weights'][i] > 0].tolist())
+    chosen = set(batch.target_positions[i][batch.target_weights[i] > 0].tolist())
     starts = tokenizer.word_starts(ids)
     word = np.cumsum(starts)
     for j in chosen:
@@ -93,8 +93,8 @@ def test_whole_word_masking_masks_whole_words():
 def test_clm_targets_are_next_tokens_within_a_document():
   rows = lm.next_tokens(lm.pack(lm.tokenize(tokenizers.ByteTokenizer(), [b'ab', b'c']), 4))
   # [CLS] a b [SEP] | [CLS] c [SEP] pad
-  np.testing.assert_array_equal(rows['targets'][0], rows['inputs'][0].tolist()[1:] + [0])
-  np.testing.assert_array_equal(rows['target_weights'], [[1, 1, 1, 0], [1, 1, 0, 0]])
+  np.testing.assert_array_equal(rows.targets[0], rows.inputs[0].tolist()[1:] + [0])
+  np.testing.assert_array_equal(rows.target_weights, [[1, 1, 1, 0], [1, 1, 0, 0]])
 
 
 @pytest.mark.parametrize('kind', ['wordpiece', 'bpe'])
@@ -127,14 +127,13 @@ def test_lm_batches_resume_and_split_over_processes(tmp_path, run_config):
   dataset = datasets.load(lm_config(run_config, tmp_path).data, str(tmp_path), task='mlm')
   fresh = list(itertools.islice(dataset.train_batches(seed=0, global_batch_size=8), 40))
   resumed = next(dataset.train_batches(seed=0, global_batch_size=8, start_step=37))
-  for key in fresh[37]:
-    np.testing.assert_array_equal(fresh[37][key], resumed[key])
+  jax.tree.map(np.testing.assert_array_equal, fresh[37], resumed)
   halves = [next(dataset.train_batches(seed=0, global_batch_size=8, start_step=5,
                                        process_index=p, process_count=2)) for p in (0, 1)]
-  for key in fresh[5]:
-    np.testing.assert_array_equal(fresh[5][key], np.concatenate([h[key] for h in halves]))
+  jax.tree.map(lambda whole, *half: np.testing.assert_array_equal(whole, np.concatenate(half)),
+               fresh[5], *halves)
   rows = len(lm.pack(dataset.stream('train'), 32)['inputs'])
-  seen = np.concatenate([b['inputs'] for b in fresh[:rows // 8]])
+  seen = np.concatenate([b.inputs for b in fresh[:rows // 8]])
   assert len({r.tobytes() for r in seen}) > 0.9 * len(seen)  # an epoch is a permutation
 
 
@@ -224,8 +223,8 @@ def test_tfds_corpora_with_mock_data(tmp_path, run_config, name, splits):
                               data_dir=data_dir):
     dataset = datasets.load(config.data, None, task='clm')
     batch = next(dataset.train_batches(seed=0, global_batch_size=4))
-    assert batch['inputs'].shape == (4, 32) and batch['target_weights'].sum() > 0
-    assert sum(b['target_weights'].sum() for b in dataset.eval_batches(
+    assert batch.inputs.shape == (4, 32) and batch.target_weights.sum() > 0
+    assert sum(b.target_weights.sum() for b in dataset.eval_batches(
         'test', global_batch_size=4)) > 0
     with pytest.raises(ValueError, match='unlabelled corpus'):
       datasets.load(config.data, None)

@@ -168,8 +168,8 @@ def test_correlations_and_f1_on_known_inputs():
   assert np.isnan(metrics.correlations(np.ones((1, 3)), np.arange(3.)[None], np.ones((1, 3)))[
       'pearson'][0])  # constant predictions: undefined, not 0
   logits = jnp.array([[0.0, 1.0], [0.0, 1.0], [1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
-  batch = {'label': jnp.array([1, 0, 1, 0, 1]), 'weight': jnp.array([1.0, 1, 1, 1, 0])}
-  sums = steps.loss_and_metrics(logits, batch)[1]  # tp 1, fp 1, fn 1 (the padded row ignored)
+  label, weight = jnp.array([1, 0, 1, 0, 1]), jnp.array([1.0, 1, 1, 1, 0])
+  sums = steps.loss_and_metrics(logits, label, weight)[1]  # tp 1, fp 1, fn 1 (the padded row ignored)
   assert [float(sums[f'{k}_sum']) for k in ('true_positive', 'false_positive',
                                             'false_negative')] == [1.0, 1.0, 1.0]
 

@@ -15,6 +15,7 @@ import numpy as np
 from flax import nnx
 
 import models
+from data import batches
 from data import datasets
 from training import optim
 from training import partitioning
@@ -144,25 +145,24 @@ class Experiment:
     analysis, the same on every machine of a platform."""
     local = next(self.train_batches(0))
     rows = self.batch_size
-    batch = {k: jax.ShapeDtypeStruct((rows,) + v.shape[1:], v.dtype, sharding=self.batch_sharding)
-             for k, v in local.items()}
+    batch = jax.tree.map(lambda v: jax.ShapeDtypeStruct((rows,) + v.shape[1:], v.dtype,
+                                                        sharding=self.batch_sharding), local)
     m = self.train_step.lower(self.abstract_with_shardings(), batch).compile().memory_analysis()
     return int(m.temp_size_in_bytes + m.argument_size_in_bytes + m.output_size_in_bytes
                - m.alias_size_in_bytes)
 
-  def global_batch(self, local: dict[str, np.ndarray]) -> dict[str, jax.Array]:
+  def global_batch(self, local: batches.Batch) -> batches.Batch:
     """Assembles the global batch from this process's rows (multi-host)."""
-    return {k: jax.make_array_from_process_local_data(self.batch_sharding, v)
-            for k, v in local.items()}
+    return jax.tree.map(
+        lambda v: jax.make_array_from_process_local_data(self.batch_sharding, v), local)
 
-  def train_batches(self, start_step: int) -> Iterator[dict[str, np.ndarray]]:
+  def train_batches(self, start_step: int) -> Iterator[batches.Batch]:
     """This process's rows of the training batches from ``start_step`` on."""
     return self.dataset.train_batches(seed=self.config.data.seed,
                                       global_batch_size=self.batch_size, start_step=start_step,
                                       **self._shard(self.batch_size))
 
-  def eval_batches(self, split: str, max_length: int | None = None
-                   ) -> Iterator[dict[str, np.ndarray]]:
+  def eval_batches(self, split: str, max_length: int | None = None) -> Iterator[batches.Batch]:
     size = self.eval_batch_size(max_length or self.info.eval_splits.get(
         split, self.info.train_length))
     # As few batches as at this size, as small as they can be: no batch of mostly padding.
@@ -200,13 +200,13 @@ class Experiment:
           'model.attention=linear, whose memory grows linearly with the length.')
     return size
 
-  def evaluate(self, params, batches: Iterable[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+  def evaluate(self, params, local_batches: Iterable[batches.Batch]) -> dict[str, np.ndarray]:
     """Per-seed metrics over every example of ``batches`` (sums reduced on host): loss, count,
     and accuracy (+ F1 of class 1 for two classes), or for regression Pearson's and Spearman's
     correlation, or for a language model token accuracy and perplexity (per predicted token);
     ``score`` is the one that ranks checkpoints (accuracy, Pearson's r, or minus the loss)."""
     totals, examples = None, []
-    for local in batches:
+    for local in local_batches:
       sums = jax.device_get(self.eval_step(params, self.global_batch(local)))
       if 'prediction' in sums:
         examples.append({k: sums.pop(k) for k in ('prediction', 'target', 'weight')})

@@ -23,6 +23,7 @@ import tqdm
 from flax import nnx
 
 import models
+from data import batches as batches_lib
 from data import datasets
 from data import files
 from data import pipeline
@@ -56,13 +57,13 @@ def load_params(workdir: str, checkpoint: str, keep: int) -> tuple[int, Any]:
 
 
 def _outputs(cfg: models.ModelConfig, regression: bool):
-  """A jitted function: (params, batch) -> class probabilities, or the regression value."""
+  """A jitted function: (params, inputs, positions, mask, token types) -> class probabilities,
+  or the regression value."""
   graphdef = jax.eval_shape(functools.partial(models.init, cfg), jax.random.PRNGKey(0))[0]
 
   @jax.jit
-  def run(params, batch):
-    logits = nnx.merge(graphdef, params)(batch['inputs'], batch['positions'], batch['mask'],
-                                         batch.get('token_types'))
+  def run(params, *features):
+    logits = nnx.merge(graphdef, params)(*features)
     return logits[:, 0] if regression else jax.nn.softmax(logits, axis=-1)
   return run
 
@@ -101,15 +102,16 @@ def predict(workdir: str, input_path: str, *, checkpoint: str = 'best',
   regression = config.data.regression
   run = _outputs(cfg, regression)
   num_batches = math.ceil(len(texts) / batch_size)
-  batches = pipeline.eval_batches(
-      texts, np.zeros(len(texts), np.int32), tokenizer, length=config.data.max_length,
-      batch_size=batch_size, num_batches=num_batches, prefetch=2,
-      pair_layout='dual' if cfg.dual_encoder else 'joint')
+  make = pipeline.maker(texts, np.zeros(len(texts), np.int32), tokenizer,
+                        length=config.data.max_length,
+                        pair_layout='dual' if cfg.dual_encoder else 'joint')
+  batches = batches_lib.evaluate(make, batch_size=batch_size, num_batches=num_batches,
+                                 prefetch=2)
   done = 0
   for batch in tqdm.tqdm(batches, total=num_batches, unit='batch', file=sys.stderr,
                          disable=num_batches < 10):
-    outputs = np.asarray(run(params, {k: v for k, v in batch.items()
-                                       if k not in ('label', 'weight')}))
+    outputs = np.asarray(run(params, batch.inputs, batch.positions, batch.mask,
+                             batch.token_types))
     for output in outputs[:len(texts) - done]:
       yield _record(output, info.class_names, regression)
     done += len(outputs)

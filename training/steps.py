@@ -16,12 +16,9 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from data import batches
 from training import optim
 
-# inputs, positions and mask (true at real tokens) [B, L] (two towers: [B, 2, L]), token_types
-# [B, L] for joint sentence pairs; label and weight [B]. Language models (data/lm.py): segments
-# [B, L], targets and target_weights [B, M], MLM's target_positions [B, M]; no label or weight.
-Batch = dict[str, jax.Array]
 Params = Any
 
 
@@ -43,23 +40,23 @@ class TrainState(flax.struct.PyTreeNode):
   skipped: jax.Array
 
 
-def loss_and_metrics(logits_BxC: jax.Array, batch: Batch,
+def loss_and_metrics(logits_BxC: jax.Array, label_B: jax.Array, weight_B: jax.Array,
                      regression: bool = False) -> tuple[jax.Array, dict]:
   """Weighted mean loss (cross-entropy, or squared error of the one output with
   ``regression``) and metric sums, reduced on the host; binary tasks add the sums of F1
   (class 1 positive)."""
-  weight_B = batch['weight'].astype(jnp.float32)
+  weight_B = weight_B.astype(jnp.float32)
   logits_BxC = logits_BxC.astype(jnp.float32)
   sums = {}
   if regression:
-    losses_B = jnp.square(logits_BxC[:, 0] - batch['label'].astype(jnp.float32))
+    losses_B = jnp.square(logits_BxC[:, 0] - label_B.astype(jnp.float32))
     correct_B = jnp.zeros_like(losses_B)
   else:
-    losses_B = optax.softmax_cross_entropy_with_integer_labels(logits_BxC, batch['label'])
+    losses_B = optax.softmax_cross_entropy_with_integer_labels(logits_BxC, label_B)
     predicted_B = jnp.argmax(logits_BxC, -1)
-    correct_B = (predicted_B == batch['label']).astype(jnp.float32)
+    correct_B = (predicted_B == label_B).astype(jnp.float32)
     if logits_BxC.shape[-1] == 2:
-      positive, truly = predicted_B == 1, batch['label'] == 1
+      positive, truly = predicted_B == 1, label_B == 1
       sums = {name: (cases.astype(jnp.float32) * weight_B).sum() for name, cases in (
           ('true_positive_sum', positive & truly), ('false_positive_sum', positive & ~truly),
           ('false_negative_sum', ~positive & truly))}
@@ -69,16 +66,18 @@ def loss_and_metrics(logits_BxC: jax.Array, batch: Batch,
   return (losses_B * weight_B).sum() / denom, sums
 
 
-def forward(model, batch: Batch, rngs: nnx.Rngs | None = None) -> tuple[jax.Array, Batch]:
-  """The model's logits on a batch and what ``loss_and_metrics`` scores them against: a
-  classifier's [B, C] and the batch; a language model's [B M, V] and its targets as labels."""
-  inputs, positions, mask = batch['inputs'], batch['positions'], batch['mask']
-  if 'targets' not in batch:
-    return model(inputs, positions, mask, batch.get('token_types'), rngs=rngs), batch
-  logits_BxMxV = model(inputs, positions, mask, rngs=rngs, segments_BxL=batch['segments'],
-                       target_positions_BxM=batch.get('target_positions'))
-  return (logits_BxMxV.reshape(-1, logits_BxMxV.shape[-1]),
-          {'label': batch['targets'].reshape(-1), 'weight': batch['target_weights'].reshape(-1)})
+def forward(model, batch: batches.Batch, rngs: nnx.Rngs | None = None
+            ) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """The model's logits on a batch and the labels and weights ``loss_and_metrics`` scores them
+  against: a classifier's [B, C], label and weight; a language model's [B M, V] and its targets
+  with their weights (flattened alike)."""
+  if isinstance(batch, batches.Classification):
+    return (model(batch.inputs, batch.positions, batch.mask, batch.token_types, rngs=rngs),
+            batch.label, batch.weight)
+  logits_BxMxV = model(batch.inputs, batch.positions, batch.mask, rngs=rngs,
+                       segments_BxL=batch.segments, target_positions_BxM=batch.target_positions)
+  return (logits_BxMxV.reshape(-1, logits_BxMxV.shape[-1]), batch.targets.reshape(-1),
+          batch.target_weights.reshape(-1))
 
 
 def make_step_fns(train_graphdef: nnx.GraphDef, eval_graphdef: nnx.GraphDef,
@@ -88,14 +87,14 @@ def make_step_fns(train_graphdef: nnx.GraphDef, eval_graphdef: nnx.GraphDef,
   ``regression`` the eval step also returns each example's prediction, target and weight (for
   the correlations, computed on the host)."""
 
-  def train_step(state: TrainState, batch: Batch) -> tuple[TrainState, dict]:
+  def train_step(state: TrainState, batch: batches.Batch) -> tuple[TrainState, dict]:
     dropout_key = jax.random.fold_in(state.key, state.step)
 
     def loss_fn(params):
       model = nnx.merge(train_graphdef, params)
-      logits, scored = forward(model, batch, nnx.Rngs(dropout=dropout_key))
+      logits, label, weight = forward(model, batch, nnx.Rngs(dropout=dropout_key))
       with jax.named_scope('loss'):
-        return loss_and_metrics(logits, scored, regression)
+        return loss_and_metrics(logits, label, weight, regression)
 
     (loss, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
     with jax.named_scope('optimizer'):
@@ -115,12 +114,12 @@ def make_step_fns(train_graphdef: nnx.GraphDef, eval_graphdef: nnx.GraphDef,
                  learning_rate=optim.peak_learning_rate(state.opt_state)
                  * schedule_shape(state.step // grad_accum_steps), skipped=skipped))
 
-  def eval_step(params: Params, batch: Batch) -> dict:
-    logits, scored = forward(nnx.merge(eval_graphdef, params), batch)
-    sums = loss_and_metrics(logits, scored, regression)[1]
+  def eval_step(params: Params, batch: batches.Batch) -> dict:
+    logits, label, weight = forward(nnx.merge(eval_graphdef, params), batch)
+    sums = loss_and_metrics(logits, label, weight, regression)[1]
     if regression:
       sums.update(prediction=logits[:, 0].astype(jnp.float32),
-                  target=batch['label'].astype(jnp.float32), weight=batch['weight'])
+                  target=label.astype(jnp.float32), weight=weight)
     return sums
 
   return train_step, eval_step
