@@ -28,12 +28,7 @@ def get_config():
   c.model.max_length = 128  # `learned` has embeddings for the training length only (as BERT).
   c.model.t5_max_distance = 128  # T5's furthest bucket at the training length.
   c.train.batch_size = 32  # 4,096 tokens a step.
-  c.train.num_steps = 600
-  c.train.eval_every = 50
-  c.train.log_every = 25
-  c.train.checkpoint_every = 300
-  c.train.eval_batch_size = 32
-  c.optim.learning_rate = 1e-3
-  c.optim.warmup_steps = 60
-  c.optim.weight_decay = 0.01
+  c.train.update(num_steps=600, eval_every=50, log_every=25, checkpoint_every=300,
+                 eval_batch_size=32)
+  c.optim.update(learning_rate=1e-3, warmup_steps=60, weight_decay=0.01)
   return c

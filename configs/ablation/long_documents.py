@@ -30,21 +30,14 @@ def get_config():
   # report is built: about 5 s a run here).
   a.report_memory = True
 
-  c.model.size = 'tiny'  # 2 layers, narrowed as the main job.
-  c.model.hidden_size = 32
-  c.model.num_heads = 2
-  c.model.mlp_dim = 64
+  c.model.update(size='tiny', hidden_size=32, num_heads=2, mlp_dim=64)  # narrowed as the main job
   c.model.init_std = 0.1  # As the main job: off the initial plateau quickly.
   c.model.dropout_rate = 0.0
   c.model.attention_impl = 'chunked'
   c.model.attention_chunk_size = 512
   c.data.tokenizer = 'byte'
-  c.train.num_steps = 150  # 150 x 8 = 1,200 pages, about 2 epochs of the 569 training pages.
-  c.train.batch_size = 8
-  c.train.eval_every = 50
-  c.train.eval_batch_size = 8
-  c.train.checkpoint_every = 150
-  c.train.log_every = 50
-  c.optim.learning_rate = 3e-3
-  c.optim.warmup_steps = 15
+  # 150 x 8 = 1,200 pages, about 2 epochs of the 569 training pages.
+  c.train.update(num_steps=150, batch_size=8, eval_every=50, eval_batch_size=8,
+                 checkpoint_every=150, log_every=50)
+  c.optim.update(learning_rate=3e-3, warmup_steps=15)
   return c
