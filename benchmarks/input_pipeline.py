@@ -39,6 +39,7 @@ from data import lm
 from data import pipeline
 from data import sources
 from training import trainer
+from training.config import run_config
 
 flags.DEFINE_list('lengths', ['512', '4096'], 'Sequence lengths.')
 flags.DEFINE_list('batch_sizes', ['4', '1'], 'Batch size at each length.')
@@ -107,7 +108,7 @@ def grain_vs_ours(workdir: str) -> tuple[list[list], list[dict]]:
                    'train.task': 'mlm'}}
   for task, overrides in tasks.items():
     c = common.get_config(**overrides)
-    dataset = datasets.load(c.data, os.path.join(workdir, task), task=c.train.task)
+    dataset = datasets.load(run_config(c).data, os.path.join(workdir, task), task=c.train.task)
     ours = dataset.train_batches(seed=0, global_batch_size=b)
     theirs = _grain_twin(dataset, b, seed=0)
     same = all(np.array_equal(next(ours).inputs, next(theirs).inputs) for _ in range(3))
@@ -140,7 +141,7 @@ def main(_):
                                'data.max_length': length})
       trainer.setup_runtime(c)  # quiet TFDS logs; the compilation cache is off in get_config
       workdir = os.path.join(tmp, f'work{length}')
-      batches = datasets.load(c.data, workdir).train_batches(seed=0,
+      batches = datasets.load(run_config(c).data, workdir).train_batches(seed=0,
                                                              global_batch_size=batch_size)
       first = next(batches)
       assert first.inputs.shape == (batch_size, length), first.inputs.shape

@@ -111,17 +111,13 @@ def load_tokenizer(data_config: DataConfig, workdir: str | None,
       raise ValueError(f'data.tokenizer={data_config.tokenizer} needs a workdir to cache it')
     return tokenizers.load_or_train_huggingface(workdir, data_config.tokenizer, data_config.name,
                                                 data_config.sp_vocab_size, read_training_texts)
-  if data_config.tokenizer == 'huggingface':
-    return tokenizers.load_huggingface(workdir, data_config.tokenizer_path)
-  raise ValueError(f'Unknown data.tokenizer {data_config.tokenizer!r}; valid: {data.TOKENIZERS}')
+  return tokenizers.load_huggingface(workdir, data_config.tokenizer_path)  # DataConfig checked it
 
 
 def _source(data_config: DataConfig, workdir: str | None, task: str
             ) -> tuple[sources.Source, builders.EmbeddedBuilder | None]:
   """The source of ``data.name`` by its kind (and its builder if embedded), prepared."""
-  name, entry = data_config.name, data.DATASETS.get(data_config.name)
-  if entry is None:
-    raise ValueError(f'Unknown data.name {name!r}; valid: {data.DATASET_NAMES}')
+  name, entry = data_config.name, data.DATASETS[data_config.name]  # DataConfig checked it
   if entry.kind == 'embedded':
     builder = embedded_builder(name, data_config.data_dir)
     return sources.embedded_source(builder), builder

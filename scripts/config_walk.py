@@ -2,7 +2,9 @@
 config or one of its groups (the same object, or a ConfigDict holding it) while
 ``train_and_evaluate`` trains configs/tiny.py for a few steps. Prints the stops (distinct
 functions, in the order first reached), the files they are in, and how often the walk returns to
-a file it had already left.
+a file it had already left: ``returns`` counts every such stop; ``returns_off_stack`` only those
+whose file is not among its callers' (the config coming back to a module that had handed it on,
+not to the one that is orchestrating).
 
   python scripts/config_walk.py --workdir=/tmp/walk
 """
@@ -26,8 +28,17 @@ def _watched(config) -> set[int]:
   return ids
 
 
-def walk(config, workdir: str) -> list[tuple[str, str]]:
-  """(file, function) of each call that receives a watched object, in call order."""
+def _stack_files(frame) -> frozenset[str]:
+  files = set()
+  while frame is not None:
+    files.add(os.path.relpath(frame.f_code.co_filename, ROOT))
+    frame = frame.f_back
+  return frozenset(files)
+
+
+def walk(config, workdir: str) -> list[tuple[str, str, frozenset[str]]]:
+  """(file, function, its callers' files) of each call that receives a watched object, in call
+  order."""
   from training import trainer  # pylint: disable=import-outside-toplevel
   try:  # before the typed groups, the ConfigDict itself travelled
     from training.config import run_config  # pylint: disable=import-outside-toplevel
@@ -39,13 +50,15 @@ def walk(config, workdir: str) -> list[tuple[str, str]]:
     if event != 'call':
       return None
     path = frame.f_code.co_filename
+    if not path.startswith(ROOT + os.sep):  # most calls: JAX, TensorFlow, the standard library
+      return None
     rel = os.path.relpath(path, ROOT)
-    if rel.startswith('..') or rel.split(os.sep)[0] in SKIP:
+    if rel.split(os.sep)[0] in SKIP:
       return None
     args = frame.f_code.co_varnames[:frame.f_code.co_argcount + frame.f_code.co_kwonlyargcount]
     values = [frame.f_locals.get(a) for a in args]
     if any(id(v) in watched for v in values):
-      calls.append((rel, frame.f_code.co_name))
+      calls.append((rel, frame.f_code.co_name, _stack_files(frame.f_back)))
     return None
 
   typed = run_config(config)
@@ -59,15 +72,19 @@ def walk(config, workdir: str) -> list[tuple[str, str]]:
   return calls
 
 
-def summary(calls: list[tuple[str, str]]) -> dict[str, int]:
-  stops = list(dict.fromkeys(calls))
-  files, returns, left = [], 0, set()
-  for path, _ in stops:
+def summary(calls: list[tuple[str, str, frozenset[str]]]) -> dict[str, int]:
+  first = {}
+  for path, name, callers in calls:
+    first.setdefault((path, name), callers)
+  files, left, returns, off_stack = [], set(), 0, 0
+  for (path, _), callers in first.items():
     if files and path != files[-1]:
       left.add(files[-1])
       returns += path in left
+      off_stack += path in left and path not in callers
     files.append(path)
-  return {'stops': len(stops), 'files': len(set(files)), 'returns': returns}
+  return {'stops': len(first), 'files': len(set(files)), 'returns': returns,
+          'returns_off_stack': off_stack}
 
 
 def main() -> None:
@@ -80,7 +97,7 @@ def main() -> None:
   config.train.num_steps, config.train.eval_every, config.train.checkpoint_every = 4, 2, 4
   config.train.eval_max_length = 64
   calls = walk(config, args.workdir)
-  for path, name in dict.fromkeys(calls):
+  for path, name in dict.fromkeys((path, name) for path, name, _ in calls):
     print(f'{path}:{name}')
   print(summary(calls))
 

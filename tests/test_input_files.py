@@ -10,9 +10,10 @@ import sys
 
 import pytest
 
-from configs import default
+import settings
 from configs import tiny
 from data import files
+from data.config import DataConfig
 from tests.test_cli_errors import ROOT, snapshot
 from training import trainer
 
@@ -31,9 +32,8 @@ def _texts(path, columns=TEXT) -> list[bytes]:
 
 
 def _data_config(**overrides):
-  config = default.get_config().data
-  config.update(overrides)
-  return config
+  """The data group as the library takes it (typed, lists parsed)."""
+  return settings.build_group(DataConfig, overrides, 'data')
 
 
 # ---------------------------------------------------------------- lines
@@ -79,11 +79,11 @@ def test_utf16_and_utf32_are_refused(tmp_path, encoding, suffix):
 def test_utf16_training_files_and_corpora_are_refused(tmp_path):
   train = _write(tmp_path / 'train.csv', 'text,label\na,0\n'.encode('utf-16'))
   with pytest.raises(ValueError, match=r'train\.csv starts with a UTF-16 .*iconv'):
-    files.FilesSource(train_files=train, validation_files='', test_files='', columns=LABELLED,
+    files.FilesSource(train_files=(train,), validation_files=(), test_files=(), columns=LABELLED,
                       workdir=None)
   corpus = _write(tmp_path / 'corpus.txt', 'a document\n'.encode('utf-16'))
   with pytest.raises(ValueError, match=r'corpus\.txt starts with a UTF-16'):
-    files.DocumentsSource(train_files=corpus, validation_files='', test_files='',
+    files.DocumentsSource(train_files=(corpus,), validation_files=(), test_files=(),
                           text_column='text')
 
 
@@ -144,11 +144,11 @@ def test_quoting_must_be_a_choice():
 
 def test_corpora_read_with_the_quoting_given(tmp_path):
   path = _write(tmp_path / 'c.tsv', 'text\n' + ''.join(f'"doc {i}\n' for i in range(10)))
-  source = files.DocumentsSource(train_files=path, validation_files='', test_files='',
+  source = files.DocumentsSource(train_files=(path,), validation_files=(), test_files=(),
                                  text_column='text')
   assert b'"doc 0' in list(source.read('train')[0]) + list(source.read('validation')[0])
   with pytest.raises(ValueError, match='not valid CSV'):
-    files.DocumentsSource(train_files=path, validation_files='', test_files='',
+    files.DocumentsSource(train_files=(path,), validation_files=(), test_files=(),
                           text_column='text', quoting='csv')
 
 
@@ -159,14 +159,14 @@ def test_list_fields_refuse_duplicates(tmp_path, monkeypatch):
     files.Columns.of(_data_config(columns='label,text,label'))
   monkeypatch.chdir(tmp_path)
   _write(tmp_path / 'a.csv', 'text,label\n' + ''.join(f'x{i},{i % 2}\n' for i in range(20)))
-  for field, value in (('train_files', 'a.csv, ./a.csv'),
-                       ('validation_files', f'a.csv,{tmp_path}/a.csv'),
-                       ('test_files', 'a.csv,a.csv')):
-    paths = {'train_files': 'a.csv', 'validation_files': '', 'test_files': '', field: value}
+  for field, value in (('train_files', ('a.csv', './a.csv')),
+                       ('validation_files', ('a.csv', f'{tmp_path}/a.csv')),
+                       ('test_files', ('a.csv', 'a.csv'))):
+    paths = {'train_files': ('a.csv',), 'validation_files': (), 'test_files': (), field: value}
     with pytest.raises(ValueError, match=rf'data\.{field}=.* more than once'):
       files.FilesSource(**paths, columns=LABELLED, workdir=None)
   with pytest.raises(ValueError, match=r'data\.train_files=.* more than once'):
-    files.DocumentsSource(train_files='a.csv,./a.csv', validation_files='', test_files='',
+    files.DocumentsSource(train_files=('a.csv', './a.csv'), validation_files=(), test_files=(),
                           text_column='text')
 
 

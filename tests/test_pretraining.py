@@ -18,6 +18,7 @@ from data import tokenizers
 from tests.test_training import params_of
 from training import metrics
 from training import trainer
+from training.config import run_config as typed
 
 WORDS = ('the cat sat on a mat while rotary position embeddings encode relative distance in '
          'attention and python functions return values quickly').split()
@@ -124,7 +125,7 @@ def lm_config(run_config, tmp_path, task='mlm', **overrides):
 
 
 def test_lm_batches_resume_and_split_over_processes(tmp_path, run_config):
-  dataset = datasets.load(lm_config(run_config, tmp_path).data, str(tmp_path), task='mlm')
+  dataset = datasets.load(typed(lm_config(run_config, tmp_path)).data, str(tmp_path), task='mlm')
   fresh = list(itertools.islice(dataset.train_batches(seed=0, global_batch_size=8), 40))
   resumed = next(dataset.train_batches(seed=0, global_batch_size=8, start_step=37))
   jax.tree.map(np.testing.assert_array_equal, fresh[37], resumed)
@@ -221,13 +222,13 @@ def test_tfds_corpora_with_mock_data(tmp_path, run_config, name, splits):
   config = run_config(**{'data.name': name, 'data.data_dir': data_dir, 'data.max_length': 32})
   with tfds.testing.mock_data(num_examples=20, policy=tfds.testing.MockPolicy.USE_FILES,
                               data_dir=data_dir):
-    dataset = datasets.load(config.data, None, task='clm')
+    dataset = datasets.load(typed(config).data, None, task='clm')
     batch = next(dataset.train_batches(seed=0, global_batch_size=4))
     assert batch.inputs.shape == (4, 32) and batch.target_weights.sum() > 0
     assert sum(b.target_weights.sum() for b in dataset.eval_batches(
         'test', global_batch_size=4)) > 0
     with pytest.raises(ValueError, match='unlabelled corpus'):
-      datasets.load(config.data, None)
+      datasets.load(typed(config).data, None)
 
 
 def test_jsonl_documents_and_a_missing_corpus_file(tmp_path):

@@ -24,6 +24,7 @@ import pytest
 from data import datasets
 from experiments import cli
 from training import checkpoints, metrics, trainer, validation
+from training.config import run_config as typed
 from training.experiment import Experiment
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -486,7 +487,7 @@ def test_bad_labels_leave_no_classes_file(run_config, tmp_path):
   config = run_config(**{'data.name': 'files', 'data.train_files': str(train),
                          'data.validation_files': str(bad)})
   with pytest.raises(ValueError, match=r'label 7 is outside the class range \[0, 2\)'):
-    datasets.load(config.data, str(workdir))
+    datasets.load(typed(config).data, str(workdir))
   assert not os.path.exists(workdir / 'classes.json')
 
 

@@ -50,8 +50,8 @@ class Experiment:
     self.dataset = datasets.load(config.data, workdir, pair_layout=(
         'dual' if config.model.dual_encoder else 'joint'), task=config.train.task)
     self.info = self.dataset.info
-    self.model_config = validation.model_config(
-        config, vocab_size=self.info.vocab_size, num_classes=self.info.num_classes)
+    self.model_config = config.model_config(vocab_size=self.info.vocab_size,
+                                            num_classes=self.info.num_classes)
     # The members: every (peak learning rate, seed) pair, seeds innermost.
     seeds = [config.train.seed + i for i in range(config.train.num_seeds)]
     rates = optim.learning_rates(config.optim)

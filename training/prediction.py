@@ -81,7 +81,7 @@ def describe(workdir: str) -> tuple[Any, datasets.DatasetInfo, models.ModelConfi
   config = validation.load_config(workdir)
   info = datasets.saved_info(workdir) or datasets.load(config.data, workdir,
                                                       task=config.train.task).info
-  cfg = validation.model_config(config, vocab_size=info.vocab_size, num_classes=info.num_classes)
+  cfg = config.model_config(vocab_size=info.vocab_size, num_classes=info.num_classes)
   return config, info, cfg
 
 
