@@ -368,8 +368,9 @@ def _language_model_section(out_dir: str, dataset: str, runs: Sequence[Run],
   task = done[0].summary['task'] if done else ''
   return [f'## {dataset} ({task})', '', f'Perplexity at the chosen rate, mean ± std over seeds; '
           f'trained at L={cols[0][1]}; n/a: the scheme cannot run at that length.', '',
-          *_mean_table([r for r in runs if r.summary], cols, Run.perplexity, min, 1, 2), '', f'Paired differences with `{reference}` in loss '
-          '[95% CI], Holm-adjusted p:', '', _loss_comparisons(runs, cols, reference), '',
+          *_mean_table(done, cols, Run.perplexity, min, 1, 2), '',
+          f'Paired differences with `{reference}` in loss [95% CI], Holm-adjusted p:', '',
+          _loss_comparisons(runs, cols, reference), '',
           'Convergence (validation loss):', '', _steps_to_loss(runs), '', 'Budget and cost:', '',
           budget_table(runs), '', f'![loss](loss_{slug}.png) ![perplexity](perplexity_{slug}.png)',
           '']
