@@ -28,22 +28,14 @@ _RESAMPLES = 10_000
 
 @dataclasses.dataclass(frozen=True)
 class Paired:
-  """A paired comparison a - b over n seeds.
-
-  Attributes:
-    n: number of pairs.
-    mean: mean difference.
-    low, high: 95% bootstrap confidence interval of the mean difference.
-    p: two-sided sign-flip p-value (1.0 when every difference is 0).
-    zero_variance: every difference is the same (the interval is that one value).
-  """
+  """A paired comparison a - b over n seeds (pairs)."""
 
   n: int
-  mean: float
-  low: float
+  mean: float  # of the differences
+  low: float  # low, high: the 95% bootstrap confidence interval of the mean difference
   high: float
-  p: float
-  zero_variance: bool
+  p: float  # two-sided sign-flip p-value (1.0 when every difference is 0)
+  zero_variance: bool  # every difference is the same (the interval is that one value)
 
 
 def sign_flip_p(d: np.ndarray, *, seed: int = 0) -> float:
