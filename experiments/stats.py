@@ -3,14 +3,12 @@
 Seed i of every scheme shares the data order and the initial shared parameters, so results are
 paired by seed: each comparison works on the per-seed differences d_i = a_i - b_i.
 
-* ``paired(a, b)``: the mean difference, a 95% percentile-bootstrap confidence interval over
-  seeds, and the two-sided p-value of the exact sign-flip (permutation) test: under the null
-  hypothesis each d_i is as likely to be -d_i, so the p-value is the share of the 2^n sign
-  assignments whose |mean| is at least the observed one. It assumes no distribution (accuracies
-  at a ceiling are far from normal); its smallest possible value is 2 / 2^n. When every d_i is
-  0 there is nothing to test: p is 1 and the case is flagged ``zero_variance``, never "p=0".
-* ``holm(p_values)``: Holm-Bonferroni adjusted p-values, controlling the family-wise error rate
-  over a family of comparisons.
+``paired(a, b)`` gives the mean difference, a 95% percentile-bootstrap confidence interval over
+seeds, and the p-value of the exact sign-flip test: under the null hypothesis each d_i is as
+likely to be -d_i, so p is the share of the 2^n sign assignments whose |mean| is at least the
+observed one. It assumes no distribution (accuracies at a ceiling are far from normal); its
+smallest possible value is 2 / 2^n. When every d_i is 0, p is 1 and the case is flagged
+``zero_variance``, never "p=0". ``holm`` controls the family-wise error rate over a family.
 """
 
 from __future__ import annotations
