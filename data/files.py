@@ -110,8 +110,7 @@ def _to_bytes(text: str) -> bytes:
 
 def _refuse_utf16_or_32(path: str, head: bytes) -> None:
   """ValueError if the (decompressed) start of a file is UTF-16 or UTF-32: a byte-order mark, or
-  NUL bytes (ASCII text in UTF-16 without a mark). Read as UTF-8 such a file would give garbage
-  texts and garbage predictions, with no error."""
+  NUL bytes (ASCII text in UTF-16 without a mark)."""
   encoding = next((name for mark, name in _WIDE_BOMS if head.startswith(mark)), None)
   if encoding is None and b'\0' not in head:
     return
@@ -182,7 +181,6 @@ class Columns:
                quoting=data_config.quoting)
 
   def quoted(self, extension: str) -> bool:
-    """Whether a delimited file with this extension is parsed by CSV rules."""
     return self.quoting == 'csv' or (self.quoting == 'auto' and extension == '.csv')
 
   @property
@@ -326,8 +324,7 @@ def read_inputs(path: str, columns: Columns) -> np.ndarray:
   """The texts of a file to predict on, in order (object [n], or [n, 2] with
   ``columns.text_b``): a .txt file holds one example a line (``_read_lines``), other formats as
   ``read_rows`` without labels; ValueError if it holds none."""
-  stem = path.lower()[:-3] if path.lower().endswith('.gz') else path.lower()
-  if stem.endswith('.txt'):
+  if path.lower().endswith(('.txt', '.txt.gz')):
     rows = _read_lines(path, columns)
   else:
     rows = read_rows(path, dataclasses.replace(columns, label=''))
@@ -359,19 +356,18 @@ def _texts(rows: list[_Row]) -> np.ndarray:
   return texts
 
 
-def _split_paths(paths: tuple[str, ...], field: str) -> list[str]:
-  """The paths of ``field`` as given; ValueError naming it if a file is named twice as two
-  spellings (a.csv, ./a.csv): its rows would count twice."""
-  lists.parse(','.join(paths), field, storage.canonical, example='train.csv,more.csv')
-  return list(paths)
-
-
 def _split_fields(train_files: tuple[str, ...], validation_files: tuple[str, ...],
                   test_files: tuple[str, ...],
                   example: str) -> dict[str, list[str]]:
-  """Split -> the paths of its data.<split>_files; ValueError without training files."""
-  paths = {split: _split_paths(value, f'data.{split}_files') for split, value in
-           (('train', train_files), ('validation', validation_files), ('test', test_files))}
+  """Split -> the paths of its data.<split>_files; ValueError without training files, or naming
+  the field if a file is named twice as two spellings (a.csv, ./a.csv): its rows would count
+  twice."""
+  paths = {}
+  for split, value in (('train', train_files), ('validation', validation_files),
+                       ('test', test_files)):
+    lists.parse(','.join(value), f'data.{split}_files', storage.canonical,
+                example='train.csv,more.csv')
+    paths[split] = list(value)
   if not paths['train']:
     raise ValueError('data.name=files needs data.train_files (comma-separated paths), e.g. '
                      f'--config.data.train_files={example}.')
@@ -423,22 +419,42 @@ def save_classes(workdir: str | None, classes: Classes) -> None:
   storage.write_json(path, content)
 
 
-def _hold_out(rows: list, minimum: int = 0) -> tuple[list, list]:
-  """(train, validation): a fixed HOLDOUT_FRACTION of the rows (at least ``minimum``), seeded,
-  held out."""
-  held_out = np.zeros(len(rows), bool)
-  perm = np.random.default_rng(_HOLDOUT_SEED).permutation(len(rows))
-  held_out[perm[:max(minimum, int(len(rows) * HOLDOUT_FRACTION))]] = True
-  return ([row for row, h in zip(rows, held_out) if not h],
-          [row for row, h in zip(rows, held_out) if h])
+def _other_splits(paths: dict[str, list[str]], read, train: list,
+                  minimum: int = 0) -> tuple[list, list, list]:
+  """(train, validation, test) of the training rows (or documents) and ``read(split)``: without
+  validation files a fixed HOLDOUT_FRACTION of the training rows (at least ``minimum``, seeded)
+  is held out; without test files the test split is the validation split."""
+  if paths['validation']:
+    validation = read('validation')
+  else:
+    held_out = np.zeros(len(train), bool)
+    perm = np.random.default_rng(_HOLDOUT_SEED).permutation(len(train))
+    held_out[perm[:max(minimum, int(len(train) * HOLDOUT_FRACTION))]] = True
+    train, validation = ([row for row, h in zip(train, held_out) if not h],
+                         [row for row, h in zip(train, held_out) if h])
+  return train, validation, read('test') if paths['test'] else validation
 
 
-class FilesSource:
+class _InMemory:
+  """Splits parsed into memory: split -> (texts, labels)."""
+
+  splits = ('train', 'validation', 'test')
+  _examples: dict[str, tuple[np.ndarray, np.ndarray]]
+
+  def num_examples(self, split: str) -> int:
+    return len(self._examples[split][1])
+
+  def read(self, split: str, shard_index: int = 0,
+           shard_count: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    texts, labels = self._examples[split]
+    start, stop = shard_bounds(len(labels), shard_index, shard_count)
+    return texts[start:stop], labels[start:stop]
+
+
+class FilesSource(_InMemory):
   """Train/validation/test splits of local files (comma-separated paths), parsed and checked in
   memory; ``classes.json`` is kept in ``workdir`` (None: inferred, not saved). A label that is not
   one of the classes raises ValueError naming its file and row."""
-
-  splits = ('train', 'validation', 'test')
 
   def __init__(self, *, train_files: str, validation_files: str, test_files: str,
                columns: Columns, workdir: str | None, regression: bool = False):
@@ -448,11 +464,7 @@ class FilesSource:
     # classes.json is written only once every row of every split has a valid label, so bad
     # input leaves nothing behind in the workdir.
     classes = REGRESSION if regression else load_classes(workdir) or infer_classes(train)
-    if paths['validation']:
-      validation = read('validation')
-    else:
-      train, validation = _hold_out(train)
-    test = read('test') if paths['test'] else validation
+    train, validation, test = _other_splits(paths, read, train)
     for split, rows in (('validation', validation), ('test', test)):
       if not rows:
         raise ValueError(f'The {split} split is empty ({len(train)} training rows). Give '
@@ -469,23 +481,12 @@ class FilesSource:
     if not regression:
       save_classes(workdir, classes)
 
-  def num_examples(self, split: str) -> int:
-    return len(self._examples[split][1])
-
-  def read(self, split: str, shard_index: int = 0,
-           shard_count: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    texts, labels = self._examples[split]
-    start, stop = shard_bounds(len(labels), shard_index, shard_count)
-    return texts[start:stop], labels[start:stop]
-
-
 
 def read_documents(path: str, columns: Columns) -> list[bytes]:
   r"""The documents of one file, for pre-training: a plain-text file (.txt, optionally .gz) holds
   documents separated by blank lines (lines as ``_lines`` ends them: a blank line may end in
   '\r', a lone '\r' ends none); CSV/TSV/JSONL files one per row (``columns.text``)."""
-  lower = path.lower()
-  if lower.endswith(('.txt', '.txt.gz')):
+  if path.lower().endswith(('.txt', '.txt.gz')):
     if not storage.is_file(path):
       read_rows(path, columns)  # the not-found message
     with _open(path) as f:
@@ -495,13 +496,10 @@ def read_documents(path: str, columns: Columns) -> list[bytes]:
   return [row.text for row in read_rows(path, columns)]
 
 
-class DocumentsSource:
-  """Train/validation/test documents of local files, for language models; without
-  ``validation_files`` a tenth of the training documents (seeded) is held out, and without
-  ``test_files`` the validation documents are the test split. ``quoting`` is ``data.quoting``,
-  for CSV/TSV files."""
+class DocumentsSource(_InMemory):
+  """Train/validation/test documents of local files, for language models (splits as
+  ``_other_splits``). ``quoting`` is ``data.quoting``, for CSV/TSV files."""
 
-  splits = ('train', 'validation', 'test')
   class_names = ()
   pairs = False
 
@@ -510,25 +508,12 @@ class DocumentsSource:
     paths = _split_fields(train_files, validation_files, test_files, 'corpus.txt')
     columns = Columns(text=text_column, label='', quoting=quoting)
     read = lambda split: [d for p in paths[split] for d in read_documents(p, columns)]
-    train = read('train')
-    if paths['validation']:
-      validation = read('validation')
-    else:
-      train, validation = _hold_out(train, minimum=1)
-    test = read('test') if paths['test'] else validation
-    self._documents = {'train': train, 'validation': validation, 'test': test}
-    for split, documents in self._documents.items():
+    splits = zip(self.splits, _other_splits(paths, read, read('train'), minimum=1))
+    self._examples = {}
+    for split, documents in splits:
       if not documents:
         raise ValueError(f'The {split} split of data.name=files has no document: give more '
                          f'text (blank lines separate documents in .txt files) or '
                          f'data.{split}_files.')
-
-  def num_examples(self, split: str) -> int:
-    return len(self._documents[split])
-
-  def read(self, split: str, shard_index: int = 0,
-           shard_count: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    documents = self._documents[split]
-    start, stop = shard_bounds(len(documents), shard_index, shard_count)
-    documents = documents[start:stop]
-    return np.asarray(documents + [b''], object)[:-1], np.zeros(len(documents), np.int32)
+      self._examples[split] = (np.asarray(documents + [b''], object)[:-1],
+                               np.zeros(len(documents), np.int32))

@@ -199,11 +199,9 @@ class SentencePieceTokenizer:
 
 
 def train_sentencepiece(texts: Iterable[bytes], vocab_size: int, *, seed: int = 0) -> bytes:
-  """Trains a unigram SentencePiece model offline and returns the serialized model.
-
-  ``vocab_size`` counts the 4 special pieces and is an upper bound (smaller corpora give fewer);
-  ``seed`` seeds SentencePiece's sampling of sentences, for a reproducible model.
-  """
+  """A unigram SentencePiece model, serialized. ``vocab_size`` counts the special pieces and is an
+  upper bound (smaller corpora give fewer); ``seed`` makes the sampling of sentences
+  reproducible."""
   spm.set_random_generator_seed(seed)
   model = io.BytesIO()
   spm.SentencePieceTrainer.train(
@@ -220,12 +218,9 @@ def train_sentencepiece(texts: Iterable[bytes], vocab_size: int, *, seed: int = 
 def load_or_train_sentencepiece(
     workdir: str, dataset: str, vocab_size: int,
     read_training_texts: Callable[[], Iterable[bytes]]) -> SentencePieceTokenizer:
-  """Loads ``workdir/spm.model``, or trains it on ``read_training_texts()`` and saves it there.
-
-  ``workdir/spm.json`` records the dataset and vocabulary size the model was trained for, so a
-  workdir reused with other settings fails (ValueError) instead of silently using the wrong
-  vocabulary.
-  """
+  """Loads ``workdir/spm.model``, or trains it on ``read_training_texts()`` and saves it there,
+  with ``spm.json``: the dataset and vocabulary size it was trained for, so a workdir reused
+  with other settings fails (ValueError) instead of silently using the wrong vocabulary."""
   model_path = os.path.join(workdir, SP_MODEL_FILE)
   meta_path = os.path.join(workdir, SP_META_FILE)
   meta = {'dataset': dataset, 'sp_vocab_size': vocab_size}
@@ -250,7 +245,6 @@ def load_or_train_sentencepiece(
   storage.write_json(meta_path, meta)
   storage.write_atomically(model_path, proto)
   return SentencePieceTokenizer(proto)
-
 
 
 # Special tokens by role: BERT/RoFormer WordPiece names first, then RoBERTa/GPT-2 style BPE names.
@@ -316,12 +310,10 @@ class HuggingFaceTokenizer:
     return self._encode(texts_Bx2, length)
 
   def token(self, token_id: int) -> str:
-    """The token of an id (e.g. '[CLS]')."""
     return self._decoder.id_to_token(token_id)
 
   def decode(self, ids: Iterable[int]) -> bytes:
-    s = self.specials
-    dropped = {s.pad, s.cls, s.sep, s.mask}
+    dropped = {self.specials.pad, self.specials.cls, self.specials.sep, self.specials.mask}
     return self._decoder.decode([int(i) for i in ids if int(i) not in dropped]).encode('utf-8')
 
   def tokenize(self, texts: list[bytes]) -> list[np.ndarray]:
@@ -448,7 +440,8 @@ def load_or_train_huggingface(workdir: str, kind: str, dataset: str, vocab_size:
   """``workdir/tokenizer.json``, or a ``kind`` tokenizer trained on ``read_training_texts()``
   and saved there with ``tokenizer_meta.json`` (what it was trained for: a workdir reused with
   other settings is an error, as for SentencePiece)."""
-  path, meta_path = os.path.join(workdir, HF_TOKENIZER_FILE), os.path.join(workdir, TRAINED_META_FILE)
+  path = os.path.join(workdir, HF_TOKENIZER_FILE)
+  meta_path = os.path.join(workdir, TRAINED_META_FILE)
   meta = {'tokenizer': kind, 'dataset': dataset, 'vocab_size': vocab_size}
   if storage.exists(path):
     cached = storage.read_json(meta_path) if storage.exists(meta_path) else None

@@ -13,7 +13,6 @@ from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top,wron
 
 
 def _finish(fig, ax, path: str, *, xlabel: str, ylabel: str, title: str) -> None:
-  """Labels, legend, saves to ``path`` and closes the figure."""
   ax.set_xlabel(xlabel)
   ax.set_ylabel(ylabel)
   ax.set_title(title)
@@ -46,8 +45,7 @@ def plot_decay(path: str, *, head_dim: int = 128, base: float = 10000.0,
 def plot_learning_curves(path: str, curves, *, title: str,
                          ylabel: str = 'validation accuracy') -> None:
   """Validation accuracy (or ``ylabel``) vs step per scheme: mean over seeds with a min-max
-  band. ``curves``: label -> (steps [T], values [seeds, T]).
-  """
+  band. ``curves``: label -> (steps [T], values [seeds, T])."""
   fig, ax = plt.subplots(figsize=(7, 4))
   for label, (steps, acc) in curves.items():
     if not len(steps):

@@ -61,12 +61,16 @@ class Run:
   def language_model(self) -> bool:
     return bool(self.summary) and self.summary.get('task', 'classify') != 'classify'
 
-  def loss(self, split: str) -> np.ndarray | None:
-    """The chosen members' loss on ``split`` (per predicted token for a language model)."""
+  def _chosen(self, split: str, key: str) -> np.ndarray | None:
+    """The chosen members' ``key`` on ``split`` (seed order), or None if not evaluated."""
     if split == 'validation':
-      return np.asarray(self.summary['validation_loss'])[self.chosen]
+      return np.asarray(self.summary[f'validation_{key}'])[self.chosen]
     result = self.summary['eval'].get(split, {})
-    return np.asarray(result['loss']) if 'loss' in result else None
+    return np.asarray(result[key]) if key in result else None
+
+  def loss(self, split: str) -> np.ndarray | None:
+    """Per predicted token for a language model."""
+    return self._chosen(split, 'loss')
 
   @property
   def train_length(self) -> int | None:
@@ -88,11 +92,11 @@ class Run:
     return [self.summary['seeds'][i] for i in self.chosen] if self.summary else []
 
   def accuracy(self, split: str) -> np.ndarray | None:
-    """The chosen members' accuracy on ``split`` (seed order), or None if not evaluated."""
-    if split == 'validation':
-      return np.asarray(self.summary['validation_accuracy'])[self.chosen]
-    result = self.summary['eval'].get(split, {})
-    return np.asarray(result['accuracy']) if 'accuracy' in result else None
+    return self._chosen(split, 'accuracy')
+
+  def perplexity(self, split: str) -> np.ndarray | None:
+    loss = self.loss(split)
+    return None if loss is None else np.exp(loss)
 
 
 def load_run(path: str, name: str | None = None) -> Run | None:
@@ -118,11 +122,21 @@ def columns(runs: Sequence[Run]) -> list[tuple[str, int]]:
   return [('validation', length)] + ordered
 
 
-def _mean_std(values: np.ndarray | None) -> str:
+def _mean_std(values: np.ndarray | None, scale: float = 100, digits: int = 1) -> str:
   if values is None:
     return 'n/a'
-  return (f'{100 * values.mean():.1f} ± {100 * values.std(ddof=1):.1f}' if len(values) > 1
-          else f'{100 * values.mean():.1f}')
+  text = f'{scale * values.mean():.{digits}f}'
+  return text + (f' ± {scale * values.std(ddof=1):.{digits}f}' if len(values) > 1 else '')
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+  """The lines of a markdown table."""
+  return (['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
+          + ['| ' + ' | '.join(row) + ' |' for row in rows])
+
+
+def _headers(cols: list[tuple[str, int]]) -> list[str]:
+  return [f'{s} (L={n})' for s, n in cols]
 
 
 def learning_curve(run: Run, key: str = 'validation/accuracy') -> tuple[np.ndarray, np.ndarray]:
@@ -145,50 +159,62 @@ def steps_to(curve: tuple[np.ndarray, np.ndarray], target: float) -> str:
   return str(reached[0]) if reached else 'never'
 
 
-def accuracy_table(runs: Sequence[Run], cols: list[tuple[str, int]]) -> str:
-  """Scheme x column: mean ± std over seeds at the chosen rate; best mean per column in bold."""
+def _mean_table(runs: Sequence[Run], cols: list[tuple[str, int]], value, best, scale: float,
+                digits: int) -> list[str]:
+  """Scheme x column: ``value(run, split)``'s mean ± std over seeds at the chosen rate; the
+  ``best`` (max or min) mean per column in bold."""
   done = [r for r in runs if r.summary]
-  best = {s: max((r.accuracy(s).mean() for r in done if r.accuracy(s) is not None), default=None)
-          for s, _ in cols}
-  header = ['scheme', 'rate'] + [f'{s} (L={n})' for s, n in cols]
-  lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
+  top = {s: best((value(r, s).mean() for r in done if value(r, s) is not None), default=None)
+         for s, _ in cols}
+  rows = []
   for run in runs:
     if run.not_applicable:
-      lines.append(f'| {run.label} | n/a | ' + ' | '.join(['n/a'] * len(cols)) + ' |')
+      rows.append([run.label, 'n/a'] + ['n/a'] * len(cols))
       continue
     cells = []
     for split, _ in cols:
-      acc, text = run.accuracy(split), _mean_std(run.accuracy(split))
-      cells.append(f'**{text}**' if acc is not None and np.isclose(acc.mean(), best[split])
+      values = value(run, split)
+      text = _mean_std(values, scale, digits)
+      cells.append(f'**{text}**' if values is not None and np.isclose(values.mean(), top[split])
                    else text)
-    lines.append(f'| {run.label} | {run.summary["learning_rate"]:g} | ' + ' | '.join(cells)
-                 + ' |')
-  return '\n'.join(lines)
+    rows.append([run.label, f'{run.summary["learning_rate"]:g}', *cells])
+  return _table(['scheme', 'rate'] + _headers(cols), rows)
+
+
+def accuracy_table(runs: Sequence[Run], cols: list[tuple[str, int]]) -> str:
+  """Accuracy in %; best mean per column in bold."""
+  return '\n'.join(_mean_table(runs, cols, Run.accuracy, max, 100, 1))
+
+
+def _paired_table(runs: Sequence[Run], ref: Run | None, cols: list[tuple[str, int]],
+                  reference: str, value, pair, cell) -> str:
+  """Scheme - ``ref`` on every column: ``cell`` of ``pair``'s result on ``value(run, split)``
+  [95% CI], Holm p per column."""
+  others = [r for r in runs if r.summary and r is not ref]
+  if ref is None or not others:
+    return f'(no finished `{reference}` run to compare with)'
+  cells = {}
+  for split, _ in cols:
+    results = []
+    for run in others:
+      a, b = value(run, split), value(ref, split)
+      results.append(pair(a, b) if a is not None and b is not None else None)
+    adjusted = stats.holm([res.p if res else float('nan') for res in results])
+    for run, res, p in zip(others, results, adjusted):
+      cells[run.name, split] = 'n/a' if res is None else (
+          f'{cell(res)} p={p:.2g}' + (' (zero variance)' if res.zero_variance else ''))
+  rows = [[f'{r.label} − {reference}'] + [cells[r.name, s] for s, _ in cols] for r in others]
+  return '\n'.join(_table(['scheme'] + _headers(cols), rows))
 
 
 def comparison_table(runs: Sequence[Run], cols: list[tuple[str, int]], reference: str) -> str:
   """Scheme - reference on every column: mean difference in points [95% CI], Holm p."""
   ref = next((r for r in runs
               if r.summary and r.position == reference and r.attention == 'softmax'), None)
-  others = [r for r in runs if r.summary and r is not ref]
-  if ref is None or not others:
-    return f'(no finished `{reference}` run to compare with)'
-  cells = {}
-  for split, _ in cols:
-    pairs = [(r, r.accuracy(split), ref.accuracy(split)) for r in others]
-    results = [stats.paired(a, b) if a is not None and b is not None and len(a) == len(b)
-               else None for _, a, b in pairs]
-    adjusted = stats.holm([res.p if res else float('nan') for res in results])
-    for (run, _, _), res, p in zip(pairs, results, adjusted):
-      cells[run.name, split] = 'n/a' if res is None else (
-          f'{100 * res.mean:+.1f} [{100 * res.low:+.1f}, {100 * res.high:+.1f}] p={p:.2g}'
-          + (' (zero variance)' if res.zero_variance else ''))
-  header = ['scheme'] + [f'{s} (L={n})' for s, n in cols]
-  lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
-  for run in others:
-    lines.append(f'| {run.label} − {reference} | '
-                 + ' | '.join(cells[run.name, s] for s, _ in cols) + ' |')
-  return '\n'.join(lines)
+  return _paired_table(
+      runs, ref, cols, reference, Run.accuracy,
+      lambda a, b: stats.paired(a, b) if len(a) == len(b) else None,
+      lambda res: f'{100 * res.mean:+.1f} [{100 * res.low:+.1f}, {100 * res.high:+.1f}]')
 
 
 def budget_table(runs: Sequence[Run]) -> str:
@@ -204,17 +230,17 @@ def budget_table(runs: Sequence[Run]) -> str:
                'eval s: validation, test'])
   memory = any(r.step_memory for r in done)
   header += ['step memory (MiB)'] if memory else []
-  lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
+  rows = []
   for run, curve in zip(done, curves):
     s, t = run.summary, run.summary.get('step_time_s')
-    lines.append(' | '.join([
-        f'| {run.label}', ', '.join(f'{x:g}' for x in sorted(set(s['learning_rates']))),
+    rows.append([
+        run.label, ', '.join(f'{x:g}' for x in sorted(set(s['learning_rates']))),
         f'{s["learning_rate"]:g}', *[steps_to(curve, th * best) for th in THRESHOLDS],
         str(sum(s['skipped_updates'])), f'{s["num_params"]:,}',
         f'{len(s["seeds"])} ({s.get("members", "vmap")})',
         f'{t / none:.2f}' if t and none else 'n/a', _seconds(s),
-        *([f'{run.step_memory / 2**20:.1f}'] if memory else [])]) + ' |')
-  return '\n'.join(lines)
+        *([f'{run.step_memory / 2**20:.1f}'] if memory else [])])
+  return '\n'.join(_table(header, rows))
 
 
 def _seconds(summary: dict[str, Any]) -> str:
@@ -256,6 +282,11 @@ def environment() -> str:
           f'flax {flax.__version__}, optax {optax.__version__}')
 
 
+def _by_length(points: list[tuple[int, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+  """(length, values [seeds]) points -> lengths [K] and values [seeds, K], for the plots."""
+  return np.array([n for n, _ in points]), np.stack([v for _, v in points], axis=1)
+
+
 def _dataset_section(out_dir: str, dataset: str, runs: Sequence[Run], reference: str) -> list[str]:
   cols, slug = columns(runs), re.sub(r'\W+', '_', dataset).strip('_')
   done = [r for r in runs if r.summary]
@@ -268,8 +299,7 @@ def _dataset_section(out_dir: str, dataset: str, runs: Sequence[Run], reference:
       points = [(n, run.accuracy(s)) for s, n in cols if s == 'test' or s.endswith(kind)]
       points = [(n, a) for n, a in points if a is not None]
       if len(points) > 1:
-        curves[run.label, kind] = (np.array([n for n, _ in points]),
-                                   np.stack([a for _, a in points], axis=1))
+        curves[run.label, kind] = _by_length(points)
   length = cols[0][1]
   figures = f'![curves](curves_{slug}.png)'
   if curves:
@@ -296,49 +326,11 @@ LM_TEXT = (
     'accuracies are.')
 
 
-def _perplexity_cells(runs: Sequence[Run], cols: list[tuple[str, int]]) -> list[str]:
-  """Scheme x column: perplexity mean ± std over seeds; the lowest mean per column in bold."""
-  done = [r for r in runs if r.summary]
-  best = {s: min((np.exp(r.loss(s)).mean() for r in done if r.loss(s) is not None),
-                 default=None) for s, _ in cols}
-  header = ['scheme', 'rate'] + [f'{s} (L={n})' for s, n in cols]
-  lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
-  for run in done:
-    cells = []
-    for split, _ in cols:
-      loss = run.loss(split)
-      if loss is None:
-        cells.append('n/a')
-        continue
-      ppl = np.exp(loss)
-      text = f'{ppl.mean():.2f}' + (f' ± {ppl.std(ddof=1):.2f}' if len(ppl) > 1 else '')
-      cells.append(f'**{text}**' if np.isclose(ppl.mean(), best[split]) else text)
-    lines.append(f'| {run.label} | {run.summary["learning_rate"]:g} | ' + ' | '.join(cells)
-                 + ' |')
-  return lines
-
-
 def _loss_comparisons(runs: Sequence[Run], cols: list[tuple[str, int]], reference: str) -> str:
   """Scheme - reference in loss on every column: mean [95% CI], Holm p per column."""
   ref = next((r for r in runs if r.summary and r.position == reference), None)
-  others = [r for r in runs if r.summary and r is not ref]
-  if ref is None or not others:
-    return f'(no finished `{reference}` run to compare with)'
-  cells = {}
-  for split, _ in cols:
-    results = [stats.paired(r.loss(split), ref.loss(split))
-               if r.loss(split) is not None and ref.loss(split) is not None else None
-               for r in others]
-    adjusted = stats.holm([res.p if res else float('nan') for res in results])
-    for run, res, p in zip(others, results, adjusted):
-      cells[run.name, split] = 'n/a' if res is None else (
-          f'{res.mean:+.3f} [{res.low:+.3f}, {res.high:+.3f}] p={p:.2g}'
-          + (' (zero variance)' if res.zero_variance else ''))
-  lines = ['| scheme | ' + ' | '.join(f'{s} (L={n})' for s, n in cols) + ' |',
-           '|' + '---|' * (len(cols) + 1)]
-  lines += [f'| {r.label} − {reference} | ' + ' | '.join(cells[r.name, s] for s, _ in cols)
-            + ' |' for r in others]
-  return '\n'.join(lines)
+  return _paired_table(runs, ref, cols, reference, Run.loss, stats.paired,
+                       lambda res: f'{res.mean:+.3f} [{res.low:+.3f}, {res.high:+.3f}]')
 
 
 def _steps_to_loss(runs: Sequence[Run]) -> str:
@@ -346,16 +338,15 @@ def _steps_to_loss(runs: Sequence[Run]) -> str:
   done = [r for r in runs if r.summary]
   curves = {r.name: learning_curve(r, 'validation/loss') for r in done}
   best = min(float(np.nanmean(loss, axis=0)[-1]) for _, loss in curves.values() if loss.size)
-  lines = ['| scheme | ' + ' | '.join(f'steps to loss ≤ {t:g} x {best:.3f}'
-                                      for t in LM_THRESHOLDS) + ' | final validation loss |',
-           '|---|' + '---|' * (len(LM_THRESHOLDS) + 1)]
+  header = (['scheme'] + [f'steps to loss ≤ {t:g} x {best:.3f}' for t in LM_THRESHOLDS]
+            + ['final validation loss'])
+  rows = []
   for run in done:
     steps, loss = curves[run.name]
     mean = np.nanmean(loss, axis=0)
-    reached = [next((str(int(t)) for t, l in zip(steps, mean) if l <= th * best), 'never')
-               for th in LM_THRESHOLDS]
-    lines.append(f'| {run.label} | ' + ' | '.join(reached) + f' | {mean[-1]:.3f} |')
-  return '\n'.join(lines)
+    rows.append([run.label, *[next((str(int(t)) for t, l in zip(steps, mean) if l <= th * best),
+                                   'never') for th in LM_THRESHOLDS], f'{mean[-1]:.3f}'])
+  return '\n'.join(_table(header, rows))
 
 
 def _language_model_section(out_dir: str, dataset: str, runs: Sequence[Run],
@@ -368,18 +359,18 @@ def _language_model_section(out_dir: str, dataset: str, runs: Sequence[Run],
                              ylabel='training loss')
   curves = {}
   for run in done:
-    points = [(n, np.exp(run.loss(s))) for s, n in cols[1:] if run.loss(s) is not None]
+    points = [(n, run.perplexity(s)) for s, n in cols[1:] if run.loss(s) is not None]
     if len(points) > 1:
-      curves[run.label, ''] = (np.array([n for n, _ in points]),
-                                   np.stack([p for _, p in points], axis=1))
+      curves[run.label, ''] = _by_length(points)
   plots.plot_extrapolation(os.path.join(out_dir, f'perplexity_{slug}.png'), curves,
                            train_length=cols[0][1], title=f'{dataset}: perplexity vs length',
                            ylabel='test perplexity')
   task = done[0].summary['task'] if done else ''
   return [f'## {dataset} ({task})', '', f'Perplexity at the chosen rate, mean ± std over seeds; '
           f'trained at L={cols[0][1]}; n/a: the scheme cannot run at that length.', '',
-          *_perplexity_cells(runs, cols), '', f'Paired differences with `{reference}` in loss '
-          '[95% CI], Holm-adjusted p:', '', _loss_comparisons(runs, cols, reference), '',
+          *_mean_table(done, cols, Run.perplexity, min, 1, 2), '',
+          f'Paired differences with `{reference}` in loss [95% CI], Holm-adjusted p:', '',
+          _loss_comparisons(runs, cols, reference), '',
           'Convergence (validation loss):', '', _steps_to_loss(runs), '', 'Budget and cost:', '',
           budget_table(runs), '', f'![loss](loss_{slug}.png) ![perplexity](perplexity_{slug}.png)',
           '']

@@ -3,14 +3,12 @@
 Seed i of every scheme shares the data order and the initial shared parameters, so results are
 paired by seed: each comparison works on the per-seed differences d_i = a_i - b_i.
 
-* ``paired(a, b)``: the mean difference, a 95% percentile-bootstrap confidence interval over
-  seeds, and the two-sided p-value of the exact sign-flip (permutation) test: under the null
-  hypothesis each d_i is as likely to be -d_i, so the p-value is the share of the 2^n sign
-  assignments whose |mean| is at least the observed one. It assumes no distribution (accuracies
-  at a ceiling are far from normal); its smallest possible value is 2 / 2^n. When every d_i is
-  0 there is nothing to test: p is 1 and the case is flagged ``zero_variance``, never "p=0".
-* ``holm(p_values)``: Holm-Bonferroni adjusted p-values, controlling the family-wise error rate
-  over a family of comparisons.
+``paired(a, b)`` gives the mean difference, a 95% percentile-bootstrap confidence interval over
+seeds, and the p-value of the exact sign-flip test: under the null hypothesis each d_i is as
+likely to be -d_i, so p is the share of the 2^n sign assignments whose |mean| is at least the
+observed one. It assumes no distribution (accuracies at a ceiling are far from normal); its
+smallest possible value is 2 / 2^n. When every d_i is 0, p is 1 and the case is flagged
+``zero_variance``, never "p=0". ``holm`` controls the family-wise error rate over a family.
 """
 
 from __future__ import annotations
@@ -28,22 +26,14 @@ _RESAMPLES = 10_000
 
 @dataclasses.dataclass(frozen=True)
 class Paired:
-  """A paired comparison a - b over n seeds.
-
-  Attributes:
-    n: number of pairs.
-    mean: mean difference.
-    low, high: 95% bootstrap confidence interval of the mean difference.
-    p: two-sided sign-flip p-value (1.0 when every difference is 0).
-    zero_variance: every difference is the same (the interval is that one value).
-  """
+  """A paired comparison a - b over n seeds (pairs)."""
 
   n: int
-  mean: float
-  low: float
+  mean: float  # of the differences
+  low: float  # low, high: the 95% bootstrap confidence interval of the mean difference
   high: float
-  p: float
-  zero_variance: bool
+  p: float  # two-sided sign-flip p-value (1.0 when every difference is 0)
+  zero_variance: bool  # every difference is the same (the interval is that one value)
 
 
 def sign_flip_p(d: np.ndarray, *, seed: int = 0) -> float:

@@ -97,17 +97,13 @@ def _read_flax(path: str) -> dict[str, np.ndarray]:
 def _read_sharded(index_path: str) -> dict[str, np.ndarray]:
   with open(index_path) as f:
     shards = sorted(set(json.load(f)['weight_map'].values()))
-  out = {}
-  for shard in shards:
-    out.update(load_state_dict(os.path.join(os.path.dirname(index_path), shard)))
-  return out
+  return {name: value for shard in shards for name, value in
+          load_state_dict(os.path.join(os.path.dirname(index_path), shard)).items()}
 
 
 def load_state_dict(path: str) -> dict[str, np.ndarray]:
-  """HF parameter name -> numpy array, from a checkpoint directory or one weights file.
-
-  Flax msgpack gets torch's names and [out, in] layout; torch bfloat16 becomes float32.
-  """
+  """HF parameter name -> numpy array, from a checkpoint directory or one weights file; Flax
+  msgpack gets torch's names and [out, in] layout, torch bfloat16 becomes float32."""
   weights = _weights_file(path)
   for suffixes, read in (('.index.json', _read_sharded), ('.safetensors', _read_safetensors),
                          (('.bin', '.pt', '.pth'), _read_torch), ('.msgpack', _read_flax)):
@@ -193,11 +189,9 @@ def model_config(hf_config: Mapping[str, Any] | Any, base: ModelConfig, *,
                  num_classes: int | None = None, layout: str = HF_LAYOUT,
                  **changes: Any) -> ModelConfig:
   """The ``ModelConfig`` of a HF RoFormer config (a dict or a ``transformers.RoFormerConfig``).
-
   ``base`` gives the fields HF does not define (attention implementation, dtype, remat, ...).
   ``num_classes`` None: the config's labels (``id2label`` / ``num_labels``, HF's default 2).
-  Changing position, norm, pooling or attention in ``changes`` loses the equivalence with HF.
-  """
+  Changing position, norm, pooling or attention in ``changes`` loses the equivalence with HF."""
   c = _hf_dict(hf_config)
   model, rope_fields = hf_fields(c, layout=layout)
   if num_classes is None:
@@ -330,11 +324,9 @@ class Converted:
 
 def convert_state_dict(state_dict: Mapping[str, np.ndarray], cfg: ModelConfig, *,
                        init_params: Mapping[Any, Any] | None = None) -> Converted:
-  """HF RoFormer tensors (torch names and layouts) -> this model's float32 params for ``cfg``.
-
+  """HF RoFormer tensors (torch names and layouts) -> this model's float32 params for ``cfg``;
   ``init_params`` (a fresh model's pure params dict) gives the classification head when the
-  checkpoint has none. A missing tensor or a shape mismatch raises, naming the parameter.
-  """
+  checkpoint has none. A missing tensor or a shape mismatch raises, naming the parameter."""
   if (cfg.position != 'rotary' or cfg.attention != 'softmax' or cfg.norm != 'post'
       or cfg.dual_encoder):
     raise ValueError('HF RoFormer is a post-LN softmax encoder with rotary positions and one '
@@ -416,11 +408,9 @@ def _check_complete(params: Mapping[Any, Any], target: Mapping[Any, Any], prefix
 
 @dataclasses.dataclass(frozen=True)
 class HFRoFormer:
-  """A converted checkpoint: ``cfg`` and float32 ``params`` build the model (``model()``).
-
+  """A converted checkpoint: ``cfg`` and float32 ``params`` build the model (``model()``);
   ``overrides``: the dotted ``configs/default.py`` overrides (``model.num_layers``, ...) that give
-  this model.
-  """
+  this model."""
 
   cfg: ModelConfig
   params: dict[Any, Any]
@@ -429,7 +419,6 @@ class HFRoFormer:
   unused_keys: tuple[str, ...]
 
   def model(self) -> Classifier:
-    """The ``Classifier`` with these parameters."""
     abstract = nnx.eval_shape(lambda: Classifier(self.cfg, rngs=nnx.Rngs(0)))
     graphdef, state = nnx.split(abstract, nnx.Param)
     nnx.replace_by_pure_dict(state, jax.tree.map(jnp.asarray, self.params))
@@ -440,11 +429,9 @@ def load_hf_roformer(path: str, base: ModelConfig, *, num_classes: int | None = 
                      layout: str = HF_LAYOUT, key: jax.Array | None = None,
                      **changes: Any) -> HFRoFormer:
   """Reads and converts a HF RoFormer checkpoint (a ``save_pretrained`` directory).
-
   ``num_classes`` None: the checkpoint head's (else the config's labels); a value other than the
   head's raises. ``key`` initialises a missing head (default key 0). Other arguments as
-  ``model_config``.
-  """
+  ``model_config``."""
   hf_config = load_hf_config(path)
   state_dict = load_state_dict(path)
   stripped = strip_prefix(state_dict)

@@ -85,7 +85,6 @@ for _name in _CLIENT_LOGGERS:
 
 
 def is_remote(path: str | os.PathLike) -> bool:
-  """Whether ``path`` is on object storage (``gs://``)."""
   return str(path).startswith(REMOTE_PREFIXES)
 
 
@@ -98,7 +97,6 @@ def canonical(path: str | os.PathLike) -> str:
 
 
 def bucket(url: str | os.PathLike) -> str:
-  """The bucket of a ``gs://`` URL."""
   return os.fspath(url).split('://', 1)[1].split('/', 1)[0]
 
 
@@ -336,11 +334,9 @@ def copy_file(source: str | os.PathLike, target: str | os.PathLike) -> None:
 @_named_on_failure()
 def write_atomically(name: str | os.PathLike, content: bytes | str) -> None:
   """Writes ``content`` so that a reader (or a run killed at any moment) sees the old file or the
-  new one, never a mix; hosts writing the same content concurrently do not corrupt it.
-
-  Locally: a temporary file, fsync and a rename. On object storage an upload replaces the object
-  whole when it completes, which gives the same guarantee.
-  """
+  new one, never a mix; hosts writing the same content concurrently do not corrupt it. Locally:
+  a temporary file, fsync and a rename; on object storage an upload replaces the object whole
+  when it completes."""
   data = content.encode() if isinstance(content, str) else content
   if is_remote(name):
     path(name).write_bytes(data)
@@ -362,13 +358,11 @@ def write_atomically(name: str | os.PathLike, content: bytes | str) -> None:
 
 
 def write_json(name: str | os.PathLike, obj: Any) -> None:
-  """``obj`` as indented, key-sorted JSON, written atomically."""
   write_atomically(name, json.dumps(obj, indent=2, sort_keys=True) + '\n')
 
 
 @_named_on_failure()
 def sha256(name: str | os.PathLike) -> str:
-  """The SHA-256 of a file's content, hex."""
   with path(name).open('rb') as f:
     return hashlib.file_digest(f, 'sha256').hexdigest()
 
