@@ -19,7 +19,7 @@ time, from the block's relative distances.
 from __future__ import annotations
 
 import math
-from typing import ClassVar, NamedTuple
+from typing import Callable, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -344,6 +344,56 @@ def t5_buckets(relative_BxTxS: jax.Array, num_buckets: int, max_distance: int,
   ``bidirectional=False``): all are for keys at or before it (later keys share bucket 0; the
   causal mask hides them). In each half (or the whole), distances below half/2 get their own
   bucket; larger ones share logarithmically wider buckets up to ``max_distance``, beyond which
+def alibi_slopes(num_heads: int) -> np.ndarray:
+  """ALiBi's per-head slopes, float32 [heads]: for n a power of two 2^(-8/n), 2^(-16/n), ...,
+  2^(-8); otherwise those of the closest smaller power of two, then every other one of twice it."""
+
+  def geometric(n: int) -> list[float]:
+    return [2.0 ** (-8.0 * (i + 1) / n) for i in range(n)]
+
+  closest = 2 ** math.floor(math.log2(num_heads))
+  slopes = geometric(closest) + geometric(2 * closest)[0::2][:num_heads - closest]
+  return np.asarray(slopes, np.float32)
+
+
+def alibi_bias(slopes_H: jax.Array, relative_BxTxS: jax.Array) -> jax.Array:
+  """float32 [batch, heads, length_q, length_k]: -slope_h |j - i|."""
+  distance_Bx1xTxS = jnp.abs(relative_BxTxS)[:, None].astype(jnp.float32)
+  return -slopes_H[None, :, None, None] * distance_Bx1xTxS
+
+
+class PairBiasHooks(LayerHooks):
+  """The blockwise bias of a ``PairBias`` scheme, from the table the context carries."""
+
+  def __init__(self, bias_fn: Callable[..., jax.Array], args: tuple):
+    self.bias_fn, self.args = bias_fn, args
+
+  def block_bias(self, q_BxTxHxD, ctx, relative_BxTxS):
+    return self.bias_fn(ctx.pair_table, relative_BxTxS, *self.args)
+
+
+class PairBias(PositionScheme):
+  """A logits bias ``bias_fn(pair_table(), relative, *args)`` from a small table (T5, ALiBi),
+  whole or (chunked attention) per block."""
+
+  def __init__(self, cfg, bias_fn: Callable[..., jax.Array], args: tuple = ()):
+    self.blockwise = blockwise(cfg)
+    self.bias_fn, self.args = bias_fn, args
+
+  def pair_table(self) -> jax.Array:
+    raise NotImplementedError
+
+  def prepare(self, positions_BxL: jax.Array) -> PositionContext:
+    table = self.pair_table()
+    if self.blockwise:
+      return PositionContext(pair_table=table)
+    return PositionContext(bias=self.bias_fn(table, relative_positions(positions_BxL), *self.args))
+
+  def layer_hooks(self, *, rngs: nnx.Rngs) -> LayerHooks:
+    del rngs
+    return PairBiasHooks(self.bias_fn, self.args)
+
+
   all share the last one.
   """
   if bidirectional:
@@ -361,18 +411,6 @@ def t5_buckets(relative_BxTxS: jax.Array, num_buckets: int, max_distance: int,
   return offset_BxTxS + jnp.where(distance_BxTxS < max_exact, distance_BxTxS, large_BxTxS)
 
 
-class T5Hooks(LayerHooks):
-  """The blockwise T5 bias, from the shared bucket embeddings the context carries."""
-
-  def __init__(self, num_buckets: int, max_distance: int, bidirectional: bool):
-    self.num_buckets, self.max_distance = num_buckets, max_distance
-    self.bidirectional = bidirectional
-
-  def block_bias(self, q_BxTxHxD, ctx, relative_BxTxS):
-    return t5_bias(ctx.pair_table, relative_BxTxS, self.num_buckets, self.max_distance,
-                   self.bidirectional)
-
-
 def t5_bias(embedding_KxH: jax.Array, relative_BxTxS: jax.Array, num_buckets: int,
             max_distance: int, bidirectional: bool = True) -> jax.Array:
   """float32 [batch, heads, length_q, length_k]: the bucket embeddings of the distances."""
@@ -381,17 +419,15 @@ def t5_bias(embedding_KxH: jax.Array, relative_BxTxS: jax.Array, num_buckets: in
 
 
 @register('t5', supports_linear=False)
-class T5(PositionScheme):
+class T5(PairBias):
   """A learned scalar per (bucketed relative distance, head), shared by all layers (Raffel et
   al. 2020, section 2.1)."""
 
   def __init__(self, cfg, *, rngs: nnx.Rngs):
-    self.num_buckets = cfg.t5_num_buckets
-    self.max_distance = cfg.t5_max_distance
-    self.bidirectional = not cfg.causal
-    self.blockwise = blockwise(cfg)
+    super().__init__(cfg, t5_bias, (cfg.t5_num_buckets, cfg.t5_max_distance, not cfg.causal))
     self.embedding = nnx.Param(
         cfg.initializer(rngs.positions(), (cfg.t5_num_buckets, cfg.num_heads), jnp.float32),
+    super().__init__(cfg, alibi_bias)
         **sharding.param_metadata((None, sharding.HEADS)))
 
   @classmethod
@@ -405,64 +441,21 @@ class T5(PositionScheme):
                        f'bucketed distances (model.t5_num_buckets / {4 // (1 + cfg.causal)} = '
                        f'{exact}).')
 
-  def prepare(self, positions_BxL: jax.Array) -> PositionContext:
-    if self.blockwise:
-      return PositionContext(pair_table=self.embedding[...])
-    return PositionContext(bias=t5_bias(self.embedding[...], relative_positions(positions_BxL),
-                                        self.num_buckets, self.max_distance, self.bidirectional))
-
-  def layer_hooks(self, *, rngs: nnx.Rngs) -> LayerHooks:
-    del rngs
-    return T5Hooks(self.num_buckets, self.max_distance, self.bidirectional)
-
-
-def alibi_slopes(num_heads: int) -> np.ndarray:
-  """ALiBi's per-head slopes, float32 [heads].
-
-  For n a power of two: the geometric sequence 2^(-8/n), 2^(-16/n), ..., 2^(-8). Otherwise the
-  slopes of the closest smaller power of two, then every other slope of twice that power.
-  """
-
-  def geometric(n: int) -> list[float]:
-    return [2.0 ** (-8.0 * (i + 1) / n) for i in range(n)]
-
-  closest = 2 ** math.floor(math.log2(num_heads))
-  slopes = geometric(closest) + geometric(2 * closest)[0::2][:num_heads - closest]
-  return np.asarray(slopes, np.float32)
-
-
-def alibi_bias(slopes_H: jax.Array, relative_BxTxS: jax.Array) -> jax.Array:
-  """float32 [batch, heads, length_q, length_k]: -slope_h |j - i|."""
-  distance_Bx1xTxS = jnp.abs(relative_BxTxS)[:, None].astype(jnp.float32)
-  return -slopes_H[None, :, None, None] * distance_Bx1xTxS
-
-
-class AlibiHooks(LayerHooks):
-  """The blockwise ALiBi bias, from the slopes the context carries."""
-
-  def block_bias(self, q_BxTxHxD, ctx, relative_BxTxS):
-    return alibi_bias(ctx.pair_table, relative_BxTxS)
+  def pair_table(self) -> jax.Array:
+    return self.embedding[...]
 
 
 @register('alibi', supports_linear=False)
-class ALiBi(PositionScheme):
+class ALiBi(PairBias):
   """Fixed linear biases -slope_h |j - i| (Press, Smith and Lewis 2022), in the symmetric form
   for a bidirectional encoder; under the causal mask it is the paper's causal form."""
 
   def __init__(self, cfg, *, rngs: nnx.Rngs):
     del rngs
     self.num_heads = cfg.num_heads
-    self.blockwise = blockwise(cfg)
 
-  def prepare(self, positions_BxL: jax.Array) -> PositionContext:
-    slopes_H = jnp.asarray(alibi_slopes(self.num_heads))
-    if self.blockwise:
-      return PositionContext(pair_table=slopes_H)
-    return PositionContext(bias=alibi_bias(slopes_H, relative_positions(positions_BxL)))
-
-  def layer_hooks(self, *, rngs: nnx.Rngs) -> LayerHooks:
-    del rngs
-    return AlibiHooks()
+  def pair_table(self) -> jax.Array:
+    return jnp.asarray(alibi_slopes(self.num_heads))
 
 
 class RotaryHooks(LayerHooks):
