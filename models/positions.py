@@ -55,11 +55,9 @@ class PositionContext(NamedTuple):
     tables = self.rotary_tables
     if tables is not None:
       tables = rope.RotaryTables(*(None if t is None else t[..., :num, :] for t in tables))
-    return PositionContext(
-        rotary_tables=tables,
-        bias=None if self.bias is None else self.bias[:, :, :num],
-        relative=None if self.relative is None else self.relative[:, :num],
-        positions=self.positions, pair_table=self.pair_table)
+    return self._replace(
+        rotary_tables=tables, bias=None if self.bias is None else self.bias[:, :, :num],
+        relative=None if self.relative is None else self.relative[:, :num])
 
 
 def blockwise(cfg) -> bool:
@@ -77,14 +75,10 @@ def _gather_row(row_HxR: jax.Array, index_S: jax.Array) -> jax.Array:
   return row_HxR[:, index_S]
 
 
-# out[b, h, t, s] = table[b, h, t, index[b, t, s]]: one small gather per (batch, query) row,
-# faster on CPU than a one-hot contraction or jnp.take_along_axis (benchmarks/README.md).
-_gather_rows = jax.vmap(jax.vmap(_gather_row, in_axes=(1, 0), out_axes=1))
-
-
-def gather_relative(table_BxHxTxR: jax.Array, index_BxTxS: jax.Array) -> jax.Array:
-  """[batch, heads, length_q, length_k]: table[b, h, i, index[b, i, j]] (exact: a gather)."""
-  return _gather_rows(table_BxHxTxR, index_BxTxS)
+# gather_relative(table_BxHxTxR, index_BxTxS)[b, h, t, s] = table[b, h, t, index[b, t, s]]: one
+# small gather per (batch, query) row, faster on CPU than a one-hot contraction or
+# jnp.take_along_axis (benchmarks/README.md).
+gather_relative = jax.vmap(jax.vmap(_gather_row, in_axes=(1, 0), out_axes=1))
 
 
 def scatter_relative(values_BxHxTxS: jax.Array, index_BxTxS: jax.Array,
@@ -273,14 +267,14 @@ class ShawHooks(LayerHooks):
 
   def __init__(self, cfg, *, rngs: nnx.Rngs):
     self.max_distance = cfg.shaw_max_distance
-    num_relative = 2 * cfg.shaw_max_distance + 1
-    metadata = sharding.param_metadata((None, sharding.KV))
-    self.key_table = nnx.Param(
-        cfg.initializer(rngs.positions(), (num_relative, cfg.head_dim), jnp.float32), **metadata)
-    self.value_table = nnx.data(None)
-    if cfg.shaw_values:
-      self.value_table = nnx.Param(
-          cfg.initializer(rngs.positions(), (num_relative, cfg.head_dim), jnp.float32), **metadata)
+    shape = (2 * cfg.shaw_max_distance + 1, cfg.head_dim)
+
+    def table() -> nnx.Param:
+      return nnx.Param(cfg.initializer(rngs.positions(), shape, jnp.float32),
+                       **sharding.param_metadata((None, sharding.KV)))
+
+    self.key_table = table()
+    self.value_table = table() if cfg.shaw_values else nnx.data(None)
     self.mixes_values = cfg.shaw_values
 
   def bias(self, q_BxTxHxD: jax.Array, ctx: PositionContext) -> jax.Array:
@@ -295,21 +289,20 @@ class ShawHooks(LayerHooks):
     """sum_j p_ij a^V_(j-i) (eq. 3): the probability mass per distance (float32 sum) times a^V."""
     if self.value_table is None:
       return None
-    num_relative = self.value_table.shape[0]
-    mass_BxHxTxR = scatter_relative(probs_BxHxTxS, ctx.relative,
-                                    num_relative).astype(probs_BxHxTxS.dtype)
-    return jnp.einsum('BHTR,RD->BTHD', mass_BxHxTxR,
-                      self.value_table[...].astype(probs_BxHxTxS.dtype))
-
-  def _clipped(self, relative_BxTxS: jax.Array) -> PositionContext:
-    k = self.max_distance
-    return PositionContext(relative=jnp.clip(relative_BxTxS, -k, k) + k)
+    dtype = probs_BxHxTxS.dtype
+    mass_BxHxTxR = scatter_relative(probs_BxHxTxS, ctx.relative, self.value_table.shape[0])
+    return jnp.einsum('BHTR,RD->BTHD', mass_BxHxTxR.astype(dtype),
+                      self.value_table[...].astype(dtype))
 
   def block_bias(self, q_BxTxHxD, ctx, relative_BxTxS):
-    return self.bias(q_BxTxHxD, self._clipped(relative_BxTxS))
+    return self.bias(q_BxTxHxD, _shaw_context(relative_BxTxS, self.max_distance))
 
   def block_value_term(self, probs_BxHxTxS, ctx, relative_BxTxS):
-    return self.value_term(probs_BxHxTxS, self._clipped(relative_BxTxS))
+    return self.value_term(probs_BxHxTxS, _shaw_context(relative_BxTxS, self.max_distance))
+
+
+def _shaw_context(relative_BxTxS: jax.Array, k: int) -> PositionContext:
+  return PositionContext(relative=jnp.clip(relative_BxTxS, -k, k) + k)
 
 
 @register('shaw', supports_linear=False, options=('model.shaw_values',))
@@ -329,8 +322,7 @@ class Shaw(PositionScheme):
   def prepare(self, positions_BxL: jax.Array) -> PositionContext:
     if blockwise(self.cfg):  # the block's distances come from the positions
       return PositionContext()
-    k = self.cfg.shaw_max_distance
-    return PositionContext(relative=jnp.clip(relative_positions(positions_BxL), -k, k) + k)
+    return _shaw_context(relative_positions(positions_BxL), self.cfg.shaw_max_distance)
 
   def layer_hooks(self, *, rngs: nnx.Rngs) -> LayerHooks:
     return ShawHooks(self.cfg, rngs=rngs)
