@@ -45,8 +45,7 @@ class Visibility(NamedTuple):
     mask_Bx1xTxS = self.mask_BxL[:, None, None, :]
     length = self.mask_BxL.shape[1]
     queries = num_queries or length
-    if self.segments_BxL is not None:
-      segments_BxL = self.segments_BxL
+    if (segments_BxL := self.segments_BxL) is not None:
       mask_Bx1xTxS = mask_Bx1xTxS & (segments_BxL[:, None, :queries, None]
                                      == segments_BxL[:, None, None, :])
     if causal:
@@ -69,12 +68,8 @@ def softmax_attention(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, v_BxSxHxD: jax
   logits_dtype = jnp.promote_types(q_BxTxHxD.dtype, jnp.float32)
   precision = {jnp.bfloat16: jax.lax.DotAlgorithmPreset.BF16_BF16_F32,
                jnp.float16: jax.lax.DotAlgorithmPreset.F16_F16_F32}.get(q_BxTxHxD.dtype.type)
-  # The scale goes on the queries, as in Flax's and Hugging Face's attention: scaling the logits
-  # makes XLA on CPU materialise a logit-sized broadcast of the scale. Exact where sqrt(head_dim)
-  # is a power of two.
-  q_BxTxHxD = q_BxTxHxD * jnp.asarray(1.0 / np.sqrt(q_BxTxHxD.shape[-1]), q_BxTxHxD.dtype)
-  logits_BxHxTxS = jnp.einsum('BTHD,BSHD->BHTS', q_BxTxHxD, k_BxSxHxD, precision=precision,
-                              preferred_element_type=logits_dtype)
+  logits_BxHxTxS = jnp.einsum('BTHD,BSHD->BHTS', _scaled(q_BxTxHxD), k_BxSxHxD,
+                              precision=precision, preferred_element_type=logits_dtype)
   if bias is not None:
     logits_BxHxTxS = (logits_BxHxTxS + bias).astype(logits_dtype)
   if mask is not None:
@@ -88,6 +83,13 @@ def softmax_attention(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, v_BxSxHxD: jax
       v_BxSxHxD.dtype)
   if dropout is not None:
     probs_BxHxTxS = dropout(probs_BxHxTxS)
+def _scaled(q_BxTxHxD: jax.Array) -> jax.Array:
+  # The scale goes on the queries, as in Flax's and Hugging Face's attention: scaling the logits
+  # makes XLA on CPU materialise a logit-sized broadcast of the scale. Exact where sqrt(head_dim)
+  # is a power of two.
+  return q_BxTxHxD * jnp.asarray(1.0 / np.sqrt(q_BxTxHxD.shape[-1]), q_BxTxHxD.dtype)
+
+
   out_BxTxHxD = jnp.einsum('BHTS,BSHD->BTHD', probs_BxHxTxS, v_BxSxHxD)
   extra_BxTxHxD = None if value_term is None else value_term(probs_BxHxTxS)
   return out_BxTxHxD if extra_BxTxHxD is None else out_BxTxHxD + extra_BxTxHxD
@@ -120,8 +122,7 @@ def _online_block(totals, q_BxCxHxD, q_positions_BxC, query_visibility, block, *
   k_BxKxHxD, v_BxKxHxD, mask_BxK, k_positions_BxK, k_segments_BxK, k_index_K = block
   q_segments_BxC, q_index_C, causal = query_visibility
   logits_dtype = jnp.promote_types(q_BxCxHxD.dtype, jnp.float32)
-  scale = jnp.asarray(1.0 / np.sqrt(q_BxCxHxD.shape[-1]), q_BxCxHxD.dtype)
-  logits_BxHxCxK = jnp.einsum('BCHD,BKHD->BHCK', q_BxCxHxD * scale, k_BxKxHxD,
+  logits_BxHxCxK = jnp.einsum('BCHD,BKHD->BHCK', _scaled(q_BxCxHxD), k_BxKxHxD,
                               preferred_element_type=logits_dtype)
   relative_BxCxK = (k_positions_BxK[:, None, :] - q_positions_BxC[:, :, None]).astype(jnp.int32)
   if (bias := block_bias(q_BxCxHxD, relative_BxCxK)) is not None:
@@ -197,10 +198,6 @@ _PALLAS_BLOCK = 128
 # The key segment id of padding: no query has it, so no query sees a padded key. (The data's
 # documents are numbered from 1, padding 0; without documents every query has 0.)
 _PAD_SEGMENT = np.iinfo(np.int32).min
-
-
-def _round_up(n: int, multiple: int) -> int:
-  return -(-n // multiple) * multiple
 
 
 def _kernel_segments(visibility: Visibility, num_queries: int) -> tuple[jax.Array, jax.Array]:
@@ -300,11 +297,10 @@ def pallas_attention(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, v_BxSxHxD: jax.
     raise ValueError(f'attention_impl={kernel!r} takes no logits bias; use pallas_flash.')
   q_len, head_dim = q_BxTxHxD.shape[1], q_BxTxHxD.shape[3]
   segments = _kernel_segments(visibility, q_len)
-  # The scale goes on the queries, as in softmax_attention (same rounding); splash has none.
-  q_BxTxHxD = q_BxTxHxD * jnp.asarray(1.0 / np.sqrt(head_dim), q_BxTxHxD.dtype)
+  q_BxTxHxD = _scaled(q_BxTxHxD)  # as in softmax_attention (same rounding); splash has no scale
   # flash_attention takes a head_dim up to 128 or a multiple of 128: zero features change no
   # logit, and the zero value features are dropped below.
-  dim = head_dim if head_dim <= 128 or kernel != 'pallas_flash' else _round_up(head_dim, 128)
+  dim = head_dim if head_dim <= 128 or kernel != 'pallas_flash' else -(-head_dim // 128) * 128
   q_BxHxTxD, k_BxHxSxD, v_BxHxSxD = (_to_kernel(x, dim) for x in (q_BxTxHxD, k_BxSxHxD,
                                                                     v_BxSxHxD))
   interpret = jax.default_backend() != 'tpu'
@@ -363,9 +359,7 @@ class SelfAttention(nnx.Module):
                                dtype=cfg.compute_dtype, kernel_init=cfg.initializer,
                                kernel_metadata=in_kernel, bias_metadata=in_bias, rngs=rngs)
 
-    self.query = projection()
-    self.key = projection()
-    self.value = projection()
+    self.query, self.key, self.value = projection(), projection(), projection()
     self.output = nnx.LinearGeneral(
         (cfg.num_heads, cfg.head_dim), cfg.hidden_size, axis=(-2, -1), dtype=cfg.compute_dtype,
         kernel_init=cfg.initializer,
@@ -388,6 +382,7 @@ class SelfAttention(nnx.Module):
     keys still attended).
     """
     x_BxTxE, ctx_q = x_BxLxE, ctx
+    hooks = self.positions
     if num_queries is not None:
       x_BxTxE, ctx_q = x_BxLxE[:, :num_queries], ctx.first_queries(num_queries)
     with jax.named_scope('qkv_projection'):
@@ -413,13 +408,17 @@ class SelfAttention(nnx.Module):
                visibility: Visibility, ctx: PositionContext, ctx_q: PositionContext,
                rngs: nnx.Rngs | None, num_queries: int | None) -> jax.Array:
     with jax.named_scope('positions'):
-      q_BxTxHxD = self.positions.rotate(q_BxTxHxD, ctx_q, 'query')
-      k_BxLxHxD = self.positions.rotate(k_BxLxHxD, ctx, 'key')
+      q_BxTxHxD = hooks.rotate(q_BxTxHxD, ctx_q, 'query')
+      k_BxLxHxD = hooks.rotate(k_BxLxHxD, ctx, 'key')
     if self.implementation == 'chunked':
       with jax.named_scope('chunked_attention'):
-        return self._chunked(q_BxTxHxD, k_BxLxHxD, v_BxLxHxD, visibility, ctx)
+        return chunked_attention(
+            q_BxTxHxD, k_BxLxHxD, v_BxLxHxD, visibility, ctx.positions,
+            chunk_size=self.chunk_size, causal=self.causal,
+            block_bias=lambda q, relative: hooks.block_bias(q, ctx, relative),
+            block_value_term=lambda probs, relative: hooks.block_value_term(probs, ctx, relative))
     with jax.named_scope('positions'):
-      bias = self.positions.bias(q_BxTxHxD, ctx_q)
+      bias = hooks.bias(q_BxTxHxD, ctx_q)
     if self.implementation in PALLAS_SCHEMES:  # no dropout or value term (models.config)
       with jax.named_scope('pallas_attention'):
         return pallas_attention(q_BxTxHxD, k_BxLxHxD, v_BxLxHxD, visibility, bias=bias,
@@ -428,19 +427,11 @@ class SelfAttention(nnx.Module):
     if self.dropout.rate > 0 and not self.dropout.deterministic:
       dropout = lambda probs: self.dropout(probs, rngs=rngs)
     value_term = None
-    if self.positions.mixes_values:
-      value_term = lambda probs: self.positions.value_term(probs, ctx_q)
+    if hooks.mixes_values:
+      value_term = lambda probs: hooks.value_term(probs, ctx_q)
     with jax.named_scope('softmax_attention'):
       return dot_product_attention(q_BxTxHxD, k_BxLxHxD, v_BxLxHxD, bias,
                                    visibility.dense(self.causal, num_queries),
                                    implementation=self.implementation, dropout=dropout,
                                    value_term=value_term)
 
-  def _chunked(self, q_BxTxHxD: jax.Array, k_BxLxHxD: jax.Array, v_BxLxHxD: jax.Array,
-               visibility: Visibility, ctx: PositionContext) -> jax.Array:
-    hooks = self.positions
-    return chunked_attention(
-        q_BxTxHxD, k_BxLxHxD, v_BxLxHxD, visibility, ctx.positions, chunk_size=self.chunk_size,
-        block_bias=lambda q, relative: hooks.block_bias(q, ctx, relative),
-        block_value_term=lambda probs, relative: hooks.block_value_term(probs, ctx, relative),
-        causal=self.causal)
