@@ -31,20 +31,22 @@ def _dense(cfg: ModelConfig, features_in: int, features_out: int,
                     bias_metadata=sharding.param_metadata(names[1:]), rngs=rngs)
 
 
-class LayerNorm(nnx.LayerNorm):
-  """``nnx.LayerNorm`` under the ``layer_norm`` name scope (profiles attribute its ops)."""
+class _Scoped:
+  """A layer called under the name scope ``scope`` (profiles attribute its ops)."""
+
+  scope: str
 
   def __call__(self, x: jax.Array, *args, **kwargs) -> jax.Array:
-    with jax.named_scope('layer_norm'):
+    with jax.named_scope(self.scope):
       return super().__call__(x, *args, **kwargs)
 
 
-class Dropout(nnx.Dropout):
-  """``nnx.Dropout`` under the ``dropout`` name scope (profiles attribute its ops)."""
+class LayerNorm(_Scoped, nnx.LayerNorm):
+  scope = 'layer_norm'
 
-  def __call__(self, x: jax.Array, *args, **kwargs) -> jax.Array:
-    with jax.named_scope('dropout'):
-      return super().__call__(x, *args, **kwargs)
+
+class Dropout(_Scoped, nnx.Dropout):
+  scope = 'dropout'
 
 
 def _layer_norm(cfg: ModelConfig, features: int, *, rngs: nnx.Rngs) -> nnx.LayerNorm:
@@ -62,16 +64,14 @@ class Embeddings(nnx.Module):
   """Token (+ token-type) embeddings, the scheme's ``embed`` term, LayerNorm and dropout."""
 
   def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
-    self.word_embeddings = nnx.Embed(
-        cfg.vocab_size, cfg.embedding_size, dtype=cfg.compute_dtype,
-        embedding_init=cfg.initializer,
-        embedding_metadata=sharding.param_metadata((sharding.VOCAB, sharding.EMBED)), rngs=rngs)
-    self.token_type_embeddings = nnx.data(None)
-    if cfg.type_vocab_size:
-      self.token_type_embeddings = nnx.Embed(
-          cfg.type_vocab_size, cfg.embedding_size, dtype=cfg.compute_dtype,
-          embedding_init=cfg.initializer,
-          embedding_metadata=sharding.param_metadata((None, sharding.EMBED)), rngs=rngs)
+    def embed(num: int, axis: str | None) -> nnx.Embed:
+      return nnx.Embed(num, cfg.embedding_size, dtype=cfg.compute_dtype,
+                       embedding_init=cfg.initializer, rngs=rngs,
+                       embedding_metadata=sharding.param_metadata((axis, sharding.EMBED)))
+
+    self.word_embeddings = embed(cfg.vocab_size, sharding.VOCAB)
+    self.token_type_embeddings = (embed(cfg.type_vocab_size, None) if cfg.type_vocab_size
+                                  else nnx.data(None))
     self.layer_norm = _layer_norm(cfg, cfg.embedding_size, rngs=rngs)
     self.dropout = _dropout(cfg)
 
@@ -174,16 +174,13 @@ class Classifier(nnx.Module):
   def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
     self.cfg = cfg
     self.embeddings = Embeddings(cfg, rngs=rngs)
-    self.embeddings_project = nnx.data(None)
-    if cfg.embedding_size != cfg.hidden_size:
-      self.embeddings_project = _dense(cfg, cfg.embedding_size, cfg.hidden_size,
-                                       (None, sharding.EMBED), rngs=rngs)
+    self.embeddings_project = nnx.data(None) if cfg.embedding_size == cfg.hidden_size else _dense(
+        cfg, cfg.embedding_size, cfg.hidden_size, (None, sharding.EMBED), rngs=rngs)
     self.positions = positions_lib.build(cfg, rngs=rngs)
     self.layers = nnx.List([EncoderLayer(cfg, self.positions.layer_hooks(rngs=rngs), rngs=rngs)
                             for _ in range(cfg.num_layers)])
-    self.final_norm = nnx.data(None)
-    if cfg.norm == 'pre':
-      self.final_norm = _layer_norm(cfg, cfg.hidden_size, rngs=rngs)
+    pre_norm = cfg.norm == 'pre'
+    self.final_norm = _layer_norm(cfg, cfg.hidden_size, rngs=rngs) if pre_norm else nnx.data(None)
     # Two towers: the head reads [u, v, u*v, u-v] of a pair's pooled vectors (LRA's 'NLI'
     # interaction).
     self.head = LanguageModelHead(cfg, rngs=rngs) if cfg.language_model else ClassificationHead(
