@@ -28,10 +28,8 @@ CLASSES = 'classes'
 
 LOGICAL_AXES = (BATCH, LENGTH, EMBED, HEADS, KV, MLP, VOCAB, CLASSES)
 
-LogicalNames = tuple[str | None, ...]
 
-
-def _check_names(names: Sequence[str | None]) -> LogicalNames:
+def _check_names(names: Sequence[str | None]) -> tuple[str | None, ...]:
   unknown = [n for n in names if n is not None and n not in LOGICAL_AXES]
   if unknown:
     raise ValueError(f'Unknown logical axis names {unknown}; valid names: '
@@ -69,8 +67,7 @@ def constrain(x: jax.Array, names: Sequence[str | None]) -> jax.Array:
   if not active():
     return x
   spec = logical_to_mesh(names)
-  mesh = jax.sharding.get_abstract_mesh()
-  if mesh.are_all_axes_explicit:
+  if jax.sharding.get_abstract_mesh().are_all_axes_explicit:
     return jax.sharding.reshard(x, spec)
   return jax.lax.with_sharding_constraint(x, spec)
 

@@ -148,15 +148,12 @@ class Rotary(RopeConfig):
     """The number of rotated features."""
     return self.head_dim if self.rotary_dim is None else self.rotary_dim
 
-  def theta(self, length: int | None = None) -> np.ndarray:
-    """float32 [dim/2]: the (possibly scaled) frequencies for sequences of ``length`` tokens."""
-    return frequencies.inv_frequencies(self.dim, self, length)
-
   def tables(self, positions: jax.Array) -> RotaryTables:
     """sin/cos (and xPos scales) for positions [..., length] (int or float): float32
     [..., length, dim/2]. ``dynamic_ntk`` takes its frequencies from the static length."""
     positions = jnp.asarray(positions)
-    theta_P = jnp.asarray(self.theta(positions.shape[-1] if positions.ndim else None))
+    length = positions.shape[-1] if positions.ndim else None
+    theta_P = jnp.asarray(frequencies.inv_frequencies(self.dim, self, length))
     sincos = sincos_one
     for _ in range(positions.ndim):
       sincos = jax.vmap(sincos, in_axes=(0, None))
