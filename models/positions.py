@@ -1,19 +1,15 @@
-"""Position schemes, a registry by name (``model.position``).
+"""Position schemes, a registry by name (``model.position``); attention never knows which runs.
 
-Attention never knows which scheme it runs. A ``PositionScheme`` (one per model) holds the shared
-parameters, adds its ``embed`` term to the token embeddings (sinusoidal, learned) and computes a
-``PositionContext`` once per forward pass (rotary tables, bias tensors, clipped relative
-distances) that every layer shares. Each layer's attention owns the ``LayerHooks`` the scheme
-made for it (per-layer parameters for Shaw) and calls ``rotate`` (rotary), ``bias`` (t5, alibi,
-shaw) and ``value_term`` on the probabilities (Shaw with ``model.shaw_values``).
+A ``PositionScheme`` (one per model) holds the shared parameters, adds its ``embed`` term to the
+token embeddings and computes once per forward pass the ``PositionContext`` every layer shares.
+Each layer's attention calls the ``LayerHooks`` the scheme made for it (Shaw's hold per-layer
+parameters): ``rotate``, ``bias`` and ``value_term`` (on the probabilities).
 
-Relative distances are key minus query position, from the explicit integer positions
-[batch, length], so shifting all positions changes nothing; nothing here invents an arange.
-
-With ``model.attention_impl='chunked'`` nothing of size length x length is formed: the context
-keeps the positions and the schemes' small tables, and attention asks the hooks for the bias
-(``block_bias``) and value term (``block_value_term``) of one block of queries and keys at a
-time, from the block's relative distances.
+Relative distances are key minus query position, from the explicit positions [batch, length]:
+shifting all positions changes nothing; nothing here invents an arange. With
+``model.attention_impl='chunked'`` nothing of size length x length is formed: the context keeps
+the positions and the schemes' small tables, and the hooks' ``block_bias`` and
+``block_value_term`` give one block's terms from its relative distances.
 """
 
 from __future__ import annotations
@@ -35,14 +31,11 @@ class LengthError(ValueError):
 
 
 class PositionContext(NamedTuple):
-  """Per-forward-pass position state, shared by all layers (a pytree; unused fields are None).
-
-  ``rotary_tables``: float32 sin/cos [batch, length, rotary_dim/2]; ``bias``: float32 logits term
-  [batch, heads, length_q, length_k]; ``relative`` (Shaw): int32 clipped distances + k, in
-  [0, 2k], [batch, length_q, length_k]. Blockwise (chunked attention): ``positions`` [batch,
-  length] (the keys'; the queries are the first ones; set by the encoder) and ``pair_table``, the
-  scheme's table that ``block_bias`` reads (T5's bucket embeddings, ALiBi's slopes).
-  """
+  """Per-forward-pass position state shared by all layers (a pytree; unused fields None).
+  ``bias``: float32 [batch, heads, length_q, length_k]; ``relative`` (Shaw): int32 clipped
+  distances + k, in [0, 2k], [batch, length_q, length_k]. Blockwise (chunked attention):
+  ``positions`` [batch, length] (the keys'; the queries are the first ones; set by the encoder)
+  and ``pair_table``, which ``block_bias`` reads (T5's bucket embeddings, ALiBi's slopes)."""
 
   rotary_tables: rope.RotaryTables | None = None
   bias: jax.Array | None = None
@@ -83,8 +76,7 @@ gather_relative = jax.vmap(jax.vmap(_gather_row, in_axes=(1, 0), out_axes=1))
 
 def scatter_relative(values_BxHxTxS: jax.Array, index_BxTxS: jax.Array,
                      num_relative: int) -> jax.Array:
-  """float32 [batch, heads, length_q, num_relative]: sum_j values[b, h, i, j] [index[b, i, j] == r],
-  the transpose of ``gather_relative`` (summed in float32)."""
+  """float32 [batch, heads, length_q, num_relative]: the transpose of ``gather_relative``."""
   batch, heads, length, _ = values_BxHxTxS.shape
   zeros = jax.ShapeDtypeStruct((batch, heads, length, num_relative), jnp.float32)
   transpose = jax.linear_transpose(lambda t: gather_relative(t, index_BxTxS), zeros)
@@ -92,7 +84,7 @@ def scatter_relative(values_BxHxTxS: jax.Array, index_BxTxS: jax.Array,
 
 
 class LayerHooks(nnx.Module):
-  """The per-layer hooks an attention layer calls; this base is the identity / no-bias case."""
+  """The per-layer hooks an attention layer calls; this base adds no position information."""
 
   rotary: rope.Rotary | None = None  # what linear attention applies to phi(q), phi(k)
   mixes_values: bool = False  # value_term adds to the output: attention forms explicit probs
@@ -114,8 +106,7 @@ class LayerHooks(nnx.Module):
 
   def block_bias(self, q_BxTxHxD: jax.Array, ctx: PositionContext,
                  relative_BxTxS: jax.Array) -> jax.Array | None:
-    """``bias`` for one block of queries and keys, whose key-minus-query distances are
-    ``relative``."""
+    """``bias`` for one block of queries and keys with these key-minus-query distances."""
     del q_BxTxHxD, ctx, relative_BxTxS
     return None
 
@@ -127,7 +118,7 @@ class LayerHooks(nnx.Module):
 
 
 class PositionScheme(nnx.Module):
-  """Base scheme; every hook defaults to "no position information". Schemes override some."""
+  """Base scheme: no position information; schemes override some of these."""
 
   supports_linear: ClassVar[bool] = True  # usable with model.attention='linear' (no logits)
   options: ClassVar[tuple[str, ...]] = ()  # the config switches only this scheme accepts
@@ -140,7 +131,7 @@ class PositionScheme(nnx.Module):
     """Raises ValueError for options that this scheme cannot use."""
 
   def embed(self, x_BxLxE: jax.Array, positions_BxL: jax.Array) -> jax.Array:
-    """Adds absolute position information to token embeddings [batch, length, embedding]."""
+    """Adds absolute position information to the token embeddings."""
     del positions_BxL
     return x_BxLxE
 
@@ -202,10 +193,8 @@ class NoPositions(PositionScheme):
 
 
 def sinusoidal_table(positions_BxL: jax.Array, width: int) -> jax.Array:
-  """float32 [batch, length, width]: PE[m, 2i] = sin(m w_i), PE[m, 2i+1] = cos(m w_i).
-
-  w_i = 10000^(-2i/width), Vaswani et al. (2017), section 3.5, evaluated at explicit positions.
-  """
+  """float32 [batch, length, width]: PE[m, 2i] = sin(m w_i), PE[m, 2i+1] = cos(m w_i),
+  w_i = 10000^(-2i/width) (Vaswani et al. 2017, section 3.5)."""
   omega_P = jnp.asarray(10000.0 ** (-np.arange(0, width, 2) / width), jnp.float32)
   angle_BxLxP = positions_BxL.astype(jnp.float32)[..., None] * omega_P
   pe_BxLxPx2 = jnp.stack([jnp.sin(angle_BxLxP), jnp.cos(angle_BxLxP)], axis=-1)
@@ -239,10 +228,8 @@ class Sinusoidal(PositionScheme):
 @register('learned')
 class Learned(PositionScheme):
   """Learned absolute embeddings for positions 0 .. max_length - 1 (BERT, Devlin et al. 2019).
-
-  A longer sequence raises at trace time; a position value outside [0, max_length) is traced, so
-  it cannot raise: it gets a NaN embedding, never a silently clipped row.
-  """
+  A longer sequence raises at trace time; a (traced) position outside [0, max_length) gets a NaN
+  embedding, never a silently clipped row."""
 
   def __init__(self, cfg, *, rngs: nnx.Rngs):
     self.max_length = cfg.max_length
@@ -330,12 +317,33 @@ class Shaw(PositionScheme):
 
 def t5_buckets(relative_BxTxS: jax.Array, num_buckets: int, max_distance: int,
                bidirectional: bool = True) -> jax.Array:
-  """T5's relative-position buckets, int32 [batch, length_q, length_k].
+  """T5's relative-position buckets, int32 [batch, length_q, length_k]. Bidirectional: half the
+  buckets are for keys after the query. Causal (T5's decoder): all are for keys at or before it
+  (later keys share bucket 0; the mask hides them). In each half (or the whole), distances below
+  half/2 get a bucket each; larger ones share logarithmically wider buckets up to
+  ``max_distance``, beyond which all share the last one."""
+  if bidirectional:
+    half = num_buckets // 2
+    offset_BxTxS = jnp.where(relative_BxTxS > 0, half, 0)
+    distance_BxTxS = jnp.abs(relative_BxTxS)
+  else:
+    half, offset_BxTxS = num_buckets, 0
+    distance_BxTxS = jnp.maximum(-relative_BxTxS, 0)
+  max_exact = half // 2
+  log_ratio = (jnp.log(jnp.maximum(distance_BxTxS, 1).astype(jnp.float32) / max_exact) /
+               math.log(max_distance / max_exact))
+  large_BxTxS = jnp.minimum(max_exact + (log_ratio * (half - max_exact)).astype(jnp.int32),
+                            half - 1)
+  return offset_BxTxS + jnp.where(distance_BxTxS < max_exact, distance_BxTxS, large_BxTxS)
 
-  Bidirectional (encoder): half the buckets are for keys after the query. Causal (T5's decoder,
-  ``bidirectional=False``): all are for keys at or before it (later keys share bucket 0; the
-  causal mask hides them). In each half (or the whole), distances below half/2 get their own
-  bucket; larger ones share logarithmically wider buckets up to ``max_distance``, beyond which
+
+def t5_bias(embedding_KxH: jax.Array, relative_BxTxS: jax.Array, num_buckets: int,
+            max_distance: int, bidirectional: bool = True) -> jax.Array:
+  """float32 [batch, heads, length_q, length_k]: the bucket embeddings of the distances."""
+  buckets_BxTxS = t5_buckets(relative_BxTxS, num_buckets, max_distance, bidirectional)
+  return jnp.take(embedding_KxH, buckets_BxTxS, axis=0).transpose(0, 3, 1, 2)
+
+
 def alibi_slopes(num_heads: int) -> np.ndarray:
   """ALiBi's per-head slopes, float32 [heads]: for n a power of two 2^(-8/n), 2^(-16/n), ...,
   2^(-8); otherwise those of the closest smaller power of two, then every other one of twice it."""
@@ -386,30 +394,6 @@ class PairBias(PositionScheme):
     return PairBiasHooks(self.bias_fn, self.args)
 
 
-  all share the last one.
-  """
-  if bidirectional:
-    half = num_buckets // 2
-    offset_BxTxS = jnp.where(relative_BxTxS > 0, half, 0)
-    distance_BxTxS = jnp.abs(relative_BxTxS)
-  else:
-    half, offset_BxTxS = num_buckets, 0
-    distance_BxTxS = jnp.maximum(-relative_BxTxS, 0)
-  max_exact = half // 2
-  log_ratio = (jnp.log(jnp.maximum(distance_BxTxS, 1).astype(jnp.float32) / max_exact) /
-               math.log(max_distance / max_exact))
-  large_BxTxS = jnp.minimum(max_exact + (log_ratio * (half - max_exact)).astype(jnp.int32),
-                            half - 1)
-  return offset_BxTxS + jnp.where(distance_BxTxS < max_exact, distance_BxTxS, large_BxTxS)
-
-
-def t5_bias(embedding_KxH: jax.Array, relative_BxTxS: jax.Array, num_buckets: int,
-            max_distance: int, bidirectional: bool = True) -> jax.Array:
-  """float32 [batch, heads, length_q, length_k]: the bucket embeddings of the distances."""
-  buckets_BxTxS = t5_buckets(relative_BxTxS, num_buckets, max_distance, bidirectional)
-  return jnp.take(embedding_KxH, buckets_BxTxS, axis=0).transpose(0, 3, 1, 2)
-
-
 @register('t5', supports_linear=False)
 class T5(PairBias):
   """A learned scalar per (bucketed relative distance, head), shared by all layers (Raffel et
@@ -419,7 +403,6 @@ class T5(PairBias):
     super().__init__(cfg, t5_bias, (cfg.t5_num_buckets, cfg.t5_max_distance, not cfg.causal))
     self.embedding = nnx.Param(
         cfg.initializer(rngs.positions(), (cfg.t5_num_buckets, cfg.num_heads), jnp.float32),
-    super().__init__(cfg, alibi_bias)
         **sharding.param_metadata((None, sharding.HEADS)))
 
   @classmethod
@@ -444,6 +427,7 @@ class ALiBi(PairBias):
 
   def __init__(self, cfg, *, rngs: nnx.Rngs):
     del rngs
+    super().__init__(cfg, alibi_bias)
     self.num_heads = cfg.num_heads
 
   def pair_table(self) -> jax.Array:
@@ -464,8 +448,7 @@ class RotaryHooks(LayerHooks):
 
 @register('rotary', options=('rope.rotary_dim', 'rope.scaling', 'rope.xpos', 'rope.rotary_value'))
 class Rotary(PositionScheme):
-  """RoPE (Su et al. 2021; every ``rope`` option): queries, keys and, with
-  ``rope.rotary_value``, values rotated."""
+  """RoPE (Su et al. 2021) with every ``rope`` option; values too with ``rope.rotary_value``."""
 
   def __init__(self, cfg, *, rngs: nnx.Rngs):
     del rngs

@@ -1,11 +1,10 @@
-"""Logical axis names for parameters and activations.
+"""Logical axis names for parameters and activations; models never mention mesh axes.
 
-Models never mention mesh axes; the training side maps these names to mesh axes with a rules
-table (``training/partitioning.py``: ``LOGICAL_RULES``) under ``jax.set_mesh(mesh)`` and
-``nnx.logical_axis_rules(rules)``. The table must name every logical axis (unused ones map to
-None): names without a rule reach the mesh verbatim. Parameters carry their names as
-``out_sharding`` metadata (flax's successor of ``nnx.with_partitioning``), so
-``nnx.get_partition_spec(params)`` under the rules gives the ``PartitionSpec`` tree.
+The training side maps them to mesh axes with ``training/partitioning.py``'s ``LOGICAL_RULES``
+under ``jax.set_mesh(mesh)`` and ``nnx.logical_axis_rules(rules)``; the table must name every
+logical axis (unused ones map to None): names without a rule reach the mesh verbatim.
+Parameters carry their names as ``out_sharding`` metadata (flax's successor of
+``nnx.with_partitioning``), so ``nnx.get_partition_spec(params)`` gives the ``PartitionSpec`` tree.
 """
 
 from __future__ import annotations

@@ -85,10 +85,8 @@ class RopeConfig:
     return 1.0
 
   def non_default_fields(self) -> list[str]:
-    """Config paths of the switches that change what RoPE computes, set away from defaults.
-
-    Used to refuse them for position schemes that would silently ignore them.
-    """
+    """Config paths of the switches that change what RoPE computes, set away from defaults (to
+    refuse them for position schemes that would silently ignore them)."""
     default = RopeConfig()
     return [f'rope.{name}' for name in ('rotary_dim', 'scaling', 'xpos', 'rotary_value')
             if getattr(self, name) != getattr(default, name)]
