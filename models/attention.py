@@ -1,15 +1,12 @@
 """Multi-head self-attention whose position scheme is a set of hooks (``models.positions``).
 
-Softmax attention is written out (``softmax_attention``, which also forms the explicit
+``model.attention_impl`` picks softmax attention written out (``softmax_attention``: the explicit
 probabilities that probability dropout and Shaw's relative values need),
-``jax.nn.dot_product_attention`` (XLA, or cuDNN flash attention on NVIDIA GPUs), or computed in
-blocks with an online softmax (``chunked_attention``, memory linear in the length), chosen by
-``model.attention_impl``; 'auto' is 'explicit' on CPU, where XLA fuses it into fewer kernels
-(benchmarks/README.md), else 'xla'. 'splash' and 'pallas_flash' are the Pallas TPU kernels
-(``pallas_attention``): compiled on TPU, interpreted (slow, for tests) elsewhere. Linear
-attention is ``rope.linear_attention`` (RoFormer eq. 19), which rotates phi(q), phi(k) itself.
-Kernels are HF RoFormer's dense layers reshaped: query/key/value [embed, heads, head_dim], output
-[heads, head_dim, embed].
+``jax.nn.dot_product_attention`` (XLA, or cuDNN on NVIDIA GPUs), blocks with an online softmax
+(``chunked_attention``) or a Pallas TPU kernel (``pallas_attention``); 'auto' is 'explicit' on
+CPU, where XLA fuses it into fewer kernels (benchmarks/README.md), else 'xla'. Linear attention is
+``rope.linear_attention`` (RoFormer eq. 19). Kernels are HF RoFormer's dense layers reshaped:
+query/key/value [embed, heads, head_dim], output [heads, head_dim, embed].
 """
 
 from __future__ import annotations
@@ -45,8 +42,7 @@ class Visibility(NamedTuple):
     mask_Bx1xTxS = self.mask_BxL[:, None, None, :]
     length = self.mask_BxL.shape[1]
     queries = num_queries or length
-    if self.segments_BxL is not None:
-      segments_BxL = self.segments_BxL
+    if (segments_BxL := self.segments_BxL) is not None:
       mask_Bx1xTxS = mask_Bx1xTxS & (segments_BxL[:, None, :queries, None]
                                      == segments_BxL[:, None, None, :])
     if causal:
@@ -59,22 +55,16 @@ def softmax_attention(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, v_BxSxHxD: jax
                       dropout: Callable[[jax.Array], jax.Array] | None = None,
                       value_term: Callable[[jax.Array], jax.Array | None] | None = None
                       ) -> jax.Array:
-  """softmax(q k^T / sqrt(head_dim) + bias, masked) v, written out, in the inputs' dtype.
-
-  Dtypes, softmax and mask value are those of ``jax.nn.dot_product_attention``'s XLA
-  implementation, so the forward values agree with the library call. ``bias``: [batch or 1,
-  heads or 1, T, S]; ``mask``: bool [batch or 1, heads or 1, T or 1, S], true where attending;
-  ``value_term``: probabilities -> a term added to the output (Shaw's relative values).
-  """
+  """softmax(q k^T / sqrt(head_dim) + bias, masked) v, written out, in the inputs' dtype; dtypes,
+  softmax and mask value are those of ``jax.nn.dot_product_attention``'s XLA implementation, so
+  the forward values agree. ``bias``: [batch or 1, heads or 1, T, S]; ``mask``: bool [batch or 1,
+  heads or 1, T or 1, S], true where attending; ``value_term``: probabilities -> a term added to
+  the output (Shaw's relative values)."""
   logits_dtype = jnp.promote_types(q_BxTxHxD.dtype, jnp.float32)
   precision = {jnp.bfloat16: jax.lax.DotAlgorithmPreset.BF16_BF16_F32,
                jnp.float16: jax.lax.DotAlgorithmPreset.F16_F16_F32}.get(q_BxTxHxD.dtype.type)
-  # The scale goes on the queries, as in Flax's and Hugging Face's attention: scaling the logits
-  # makes XLA on CPU materialise a logit-sized broadcast of the scale. Exact where sqrt(head_dim)
-  # is a power of two.
-  q_BxTxHxD = q_BxTxHxD * jnp.asarray(1.0 / np.sqrt(q_BxTxHxD.shape[-1]), q_BxTxHxD.dtype)
-  logits_BxHxTxS = jnp.einsum('BTHD,BSHD->BHTS', q_BxTxHxD, k_BxSxHxD, precision=precision,
-                              preferred_element_type=logits_dtype)
+  logits_BxHxTxS = jnp.einsum('BTHD,BSHD->BHTS', _scaled(q_BxTxHxD), k_BxSxHxD,
+                              precision=precision, preferred_element_type=logits_dtype)
   if bias is not None:
     logits_BxHxTxS = (logits_BxHxTxS + bias).astype(logits_dtype)
   if mask is not None:
@@ -93,6 +83,13 @@ def softmax_attention(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, v_BxSxHxD: jax
   return out_BxTxHxD if extra_BxTxHxD is None else out_BxTxHxD + extra_BxTxHxD
 
 
+def _scaled(q_BxTxHxD: jax.Array) -> jax.Array:
+  # The scale goes on the queries, as in Flax's and Hugging Face's attention: scaling the logits
+  # makes XLA on CPU materialise a logit-sized broadcast of the scale. Exact where sqrt(head_dim)
+  # is a power of two.
+  return q_BxTxHxD * jnp.asarray(1.0 / np.sqrt(q_BxTxHxD.shape[-1]), q_BxTxHxD.dtype)
+
+
 def _large_negative(dtype) -> float:
   return -0.7 * min(jnp.finfo(dtype).max, jnp.finfo(jnp.float32).max)
 
@@ -104,8 +101,7 @@ def _pad_to_blocks(x_BxLx___: jax.Array, size: int, fill=0) -> jax.Array:
 
 
 def _blocks(x_BxLx___: jax.Array, size: int, fill=0) -> jax.Array:
-  """[num_blocks, batch, size, ...]: ``x`` padded with ``fill`` along the length to whole
-  blocks."""
+  """[num_blocks, batch, size, ...]: ``x`` padded to whole blocks."""
   x_BxLx___ = _pad_to_blocks(x_BxLx___, size, fill)
   blocks = x_BxLx___.reshape(x_BxLx___.shape[0], -1, size, *x_BxLx___.shape[2:])
   return jnp.moveaxis(blocks, 1, 0)
@@ -113,15 +109,13 @@ def _blocks(x_BxLx___: jax.Array, size: int, fill=0) -> jax.Array:
 
 def _online_block(totals, q_BxCxHxD, q_positions_BxC, query_visibility, block, *, block_bias,
                   block_value_term):
-  """One key block of the online softmax: the running (max, sum, unnormalised output) of a
-  query block updated with keys k, values v, their mask, positions, documents and indices
-  (``query_visibility``: the queries' documents and indices, and whether attention is causal)."""
+  """One key block of the online softmax: a query block's running (max, sum, unnormalised
+  output) updated with the block's keys, values, mask, positions, documents and indices."""
   max_BxHxC, sum_BxHxC, out_BxCxHxD = totals
   k_BxKxHxD, v_BxKxHxD, mask_BxK, k_positions_BxK, k_segments_BxK, k_index_K = block
   q_segments_BxC, q_index_C, causal = query_visibility
   logits_dtype = jnp.promote_types(q_BxCxHxD.dtype, jnp.float32)
-  scale = jnp.asarray(1.0 / np.sqrt(q_BxCxHxD.shape[-1]), q_BxCxHxD.dtype)
-  logits_BxHxCxK = jnp.einsum('BCHD,BKHD->BHCK', q_BxCxHxD * scale, k_BxKxHxD,
+  logits_BxHxCxK = jnp.einsum('BCHD,BKHD->BHCK', _scaled(q_BxCxHxD), k_BxKxHxD,
                               preferred_element_type=logits_dtype)
   relative_BxCxK = (k_positions_BxK[:, None, :] - q_positions_BxC[:, :, None]).astype(jnp.int32)
   if (bias := block_bias(q_BxCxHxD, relative_BxCxK)) is not None:
@@ -150,12 +144,9 @@ def chunked_attention(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, v_BxSxHxD: jax
                       causal: bool = False) -> jax.Array:
   """``softmax_attention`` in blocks of ``chunk_size`` queries x keys with an online softmax
   (Rabe and Staats 2021): memory linear in the length, each query block recomputed in the
-  backward pass (``jax.checkpoint``), so only its inputs and output are kept.
-
-  The queries are the first T of the S positions ``positions_BxS``. ``block_bias(q_BxCxHxD,
-  relative_BxCxK)`` and ``block_value_term(unnormalised_probs_BxHxCxK, relative_BxCxK)`` give a
-  block's position terms from its key-minus-query distances (None: no term).
-  """
+  backward pass (``jax.checkpoint``). The queries are the first T of the S positions;
+  ``block_bias(q_BxCxHxD, relative_BxCxK)`` and ``block_value_term(unnormalised_probs_BxHxCxK,
+  relative_BxCxK)``: a block's position terms (None: no term)."""
   length, k_size = q_BxTxHxD.shape[1], min(chunk_size, k_BxSxHxD.shape[1])
   mask_BxS = visibility.mask_BxL
   segments_BxS = (mask_BxS.astype(jnp.int32) if visibility.segments_BxL is None
@@ -188,26 +179,20 @@ def chunked_attention(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, v_BxSxHxD: jax
   return out_BxTxHxD.astype(v_BxSxHxD.dtype)
 
 
-# The Pallas TPU kernels (``model.attention_impl``, the keys of ``PALLAS_SCHEMES``): 'splash' is
-# splash_attention (segment ids and a causal mask, no logits bias); 'pallas_flash' is
-# flash_attention (the same, plus an additive bias). _PALLAS_BLOCK: both kernels' default tile,
-# also the lane width their segment-id masks need (NUM_LANES); lengths are padded to multiples of
-# it. Untuned: no TPU was available here.
+# The Pallas TPU kernels (the keys of ``PALLAS_SCHEMES``): 'splash' is splash_attention (segment
+# ids and a causal mask, no logits bias); 'pallas_flash' is flash_attention (the same, plus an
+# additive bias). _PALLAS_BLOCK: both kernels' default tile, also the lane width their segment-id
+# masks need (NUM_LANES); lengths are padded to multiples of it. Untuned: no TPU was available.
 _PALLAS_BLOCK = 128
 # The key segment id of padding: no query has it, so no query sees a padded key. (The data's
 # documents are numbered from 1, padding 0; without documents every query has 0.)
 _PAD_SEGMENT = np.iinfo(np.int32).min
 
 
-def _round_up(n: int, multiple: int) -> int:
-  return -(-n // multiple) * multiple
-
-
 def _kernel_segments(visibility: Visibility, num_queries: int) -> tuple[jax.Array, jax.Array]:
-  """int32 segment ids of the queries and keys, padded to whole blocks, equal exactly
-  where ``visibility.dense`` lets a query see a key (causality aside): the query's document (0
-  without documents) against the key's document, or ``_PAD_SEGMENT`` at padding keys (and at
-  the keys added to fill the kernel's blocks)."""
+  """int32 segment ids of the queries and keys, padded to whole blocks, equal exactly where
+  ``visibility.dense`` lets a query see a key (causality aside); padding keys (and those filling
+  the kernel's blocks) get ``_PAD_SEGMENT``."""
   mask_BxS = visibility.mask_BxL
   segments_BxS = (jnp.zeros(mask_BxS.shape, jnp.int32) if visibility.segments_BxL is None
                   else visibility.segments_BxL.astype(jnp.int32))
@@ -219,8 +204,8 @@ def _kernel_segments(visibility: Visibility, num_queries: int) -> tuple[jax.Arra
 def _splash_kernel(q_BxHxTxD: jax.Array, k_BxHxSxD: jax.Array, v_BxHxSxD: jax.Array,
                    segments: tuple[jax.Array, jax.Array], *, causal: bool,
                    interpret: bool) -> jax.Array:
-  """splash_attention per example (it takes [heads, length, head_dim]), vmapped over the batch.
-  The causal mask is static: the kernel skips the key blocks above the diagonal."""
+  """splash_attention ([heads, length, head_dim]) vmapped over the batch. The causal mask is
+  static: the kernel skips the key blocks above the diagonal."""
   heads, q_len, kv_len = q_BxHxTxD.shape[1], q_BxHxTxD.shape[2], k_BxHxSxD.shape[2]
   mask = (splash.CausalMask((q_len, kv_len)) if causal else splash.FullMask((q_len, kv_len)))
   size = _PALLAS_BLOCK
@@ -256,12 +241,11 @@ def _interpreted(fn: Callable) -> Callable:
   """``fn`` with every pallas_call it traces, forward and backward, interpreted.
 
   flash_attention has no ``interpret`` argument, and ``pltpu.force_tpu_interpret_mode`` only
-  reaches the calls traced inside it: its custom VJP's backward kernels are traced later, by
-  the transpose, so the backward pass is traced again under the mode here. The mode is given
-  True, not ``InterpretParams``: pallas_call ORs it into its ``interpret``, so the kernels get
-  ``interpret=True`` as splash does, the effect-free interpreter that ``jax.checkpoint``
-  (``model.remat``) accepts; TPU interpret mode's io callbacks it refuses. The last two
-  arguments are integer segment ids (no cotangent)."""
+  reaches calls traced inside it; its custom VJP's backward kernels are traced later (by the
+  transpose), so the backward pass is traced again under the mode here. The mode is True, not
+  ``InterpretParams``: pallas_call ORs it into ``interpret``, giving splash's effect-free
+  interpreter, which ``jax.checkpoint`` (``model.remat``) accepts (TPU interpret mode's io
+  callbacks it refuses). The last two arguments are integer segment ids (no cotangent)."""
 
   @jax.custom_vjp
   def interpreted(*args):
@@ -285,26 +269,19 @@ def pallas_attention(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, v_BxSxHxD: jax.
                      visibility: Visibility, *, kernel: str, causal: bool,
                      bias: jax.Array | None = None) -> jax.Array:
   """``softmax_attention`` by a Pallas TPU kernel, 'splash' or 'pallas_flash', in the inputs' dtype.
-
-  On TPU the kernel is compiled (one device: it is not wrapped in shard_map, so
-  ``validation.check_devices`` refuses a mesh of several); on any other backend it runs in Pallas interpret mode
-  (``interpret=True``), which is slow and only meant for tests (results agree with 'explicit',
-  see tests/test_pallas.py). The queries are the first T positions; ``visibility`` becomes segment
-  ids (padding keys get a segment no query has) and ``causal`` the kernel's causal mask.
-  ``bias`` [batch or 1, heads or 1, T, S] (float32) only with 'pallas_flash'. No dropout or
-  value term (``models.config`` refuses them). Lengths are padded to whole blocks (padded keys
-  unseen, padded queries dropped). A query that sees no key (padding in packed rows) gets an
-  unspecified finite output where 'explicit' averages all values; nothing real reads it.
-  """
+  Compiled on TPU (one device: not wrapped in shard_map, so ``validation.check_devices`` refuses
+  a mesh of several); elsewhere in Pallas interpret mode, slow and only for tests. The queries are
+  the first T positions; ``bias`` [batch or 1, heads or 1, T, S] only with 'pallas_flash'; no
+  dropout or value term (``models.config`` refuses them). A query that sees no key (padding in
+  packed rows) gets an unspecified finite output where 'explicit' averages all values."""
   if bias is not None and kernel != 'pallas_flash':
     raise ValueError(f'attention_impl={kernel!r} takes no logits bias; use pallas_flash.')
   q_len, head_dim = q_BxTxHxD.shape[1], q_BxTxHxD.shape[3]
   segments = _kernel_segments(visibility, q_len)
-  # The scale goes on the queries, as in softmax_attention (same rounding); splash has none.
-  q_BxTxHxD = q_BxTxHxD * jnp.asarray(1.0 / np.sqrt(head_dim), q_BxTxHxD.dtype)
+  q_BxTxHxD = _scaled(q_BxTxHxD)  # as in softmax_attention (same rounding); splash has no scale
   # flash_attention takes a head_dim up to 128 or a multiple of 128: zero features change no
   # logit, and the zero value features are dropped below.
-  dim = head_dim if head_dim <= 128 or kernel != 'pallas_flash' else _round_up(head_dim, 128)
+  dim = head_dim if head_dim <= 128 or kernel != 'pallas_flash' else -(-head_dim // 128) * 128
   q_BxHxTxD, k_BxHxSxD, v_BxHxSxD = (_to_kernel(x, dim) for x in (q_BxTxHxD, k_BxSxHxD,
                                                                     v_BxSxHxD))
   interpret = jax.default_backend() != 'tpu'
@@ -351,8 +328,7 @@ def dot_product_attention(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, v_BxSxHxD:
 
 
 class SelfAttention(nnx.Module):
-  """Multi-head self-attention, bidirectional or causal (``cfg.causal``); ``positions`` are this
-  layer's position hooks."""
+  """Multi-head self-attention, bidirectional or causal; ``positions``: this layer's hooks."""
 
   def __init__(self, cfg: ModelConfig, positions: LayerHooks, *, rngs: nnx.Rngs):
     in_kernel = sharding.param_metadata((sharding.EMBED, sharding.HEADS, sharding.KV))
@@ -363,9 +339,7 @@ class SelfAttention(nnx.Module):
                                dtype=cfg.compute_dtype, kernel_init=cfg.initializer,
                                kernel_metadata=in_kernel, bias_metadata=in_bias, rngs=rngs)
 
-    self.query = projection()
-    self.key = projection()
-    self.value = projection()
+    self.query, self.key, self.value = projection(), projection(), projection()
     self.output = nnx.LinearGeneral(
         (cfg.num_heads, cfg.head_dim), cfg.hidden_size, axis=(-2, -1), dtype=cfg.compute_dtype,
         kernel_init=cfg.initializer,
@@ -381,12 +355,8 @@ class SelfAttention(nnx.Module):
 
   def __call__(self, x_BxLxE: jax.Array, visibility: Visibility, ctx: PositionContext, *,
                rngs: nnx.Rngs | None, num_queries: int | None = None) -> jax.Array:
-    """Attends over the visible keys (``visibility``; causal with ``train.task=clm``); returns
-    [batch, T, embed].
-
-    T = length, or with ``num_queries`` (softmax attention only) the first T positions only (all
-    keys still attended).
-    """
+    """Attends over the visible keys; returns [batch, T, embed]: T = length, or with
+    ``num_queries`` (softmax attention only) the first T positions only (all keys attended)."""
     x_BxTxE, ctx_q = x_BxLxE, ctx
     if num_queries is not None:
       x_BxTxE, ctx_q = x_BxLxE[:, :num_queries], ctx.first_queries(num_queries)
@@ -412,14 +382,19 @@ class SelfAttention(nnx.Module):
   def _softmax(self, q_BxTxHxD: jax.Array, k_BxLxHxD: jax.Array, v_BxLxHxD: jax.Array,
                visibility: Visibility, ctx: PositionContext, ctx_q: PositionContext,
                rngs: nnx.Rngs | None, num_queries: int | None) -> jax.Array:
+    hooks = self.positions
     with jax.named_scope('positions'):
-      q_BxTxHxD = self.positions.rotate(q_BxTxHxD, ctx_q, 'query')
-      k_BxLxHxD = self.positions.rotate(k_BxLxHxD, ctx, 'key')
+      q_BxTxHxD = hooks.rotate(q_BxTxHxD, ctx_q, 'query')
+      k_BxLxHxD = hooks.rotate(k_BxLxHxD, ctx, 'key')
     if self.implementation == 'chunked':
       with jax.named_scope('chunked_attention'):
-        return self._chunked(q_BxTxHxD, k_BxLxHxD, v_BxLxHxD, visibility, ctx)
+        return chunked_attention(
+            q_BxTxHxD, k_BxLxHxD, v_BxLxHxD, visibility, ctx.positions,
+            chunk_size=self.chunk_size, causal=self.causal,
+            block_bias=lambda q, relative: hooks.block_bias(q, ctx, relative),
+            block_value_term=lambda probs, relative: hooks.block_value_term(probs, ctx, relative))
     with jax.named_scope('positions'):
-      bias = self.positions.bias(q_BxTxHxD, ctx_q)
+      bias = hooks.bias(q_BxTxHxD, ctx_q)
     if self.implementation in PALLAS_SCHEMES:  # no dropout or value term (models.config)
       with jax.named_scope('pallas_attention'):
         return pallas_attention(q_BxTxHxD, k_BxLxHxD, v_BxLxHxD, visibility, bias=bias,
@@ -428,19 +403,11 @@ class SelfAttention(nnx.Module):
     if self.dropout.rate > 0 and not self.dropout.deterministic:
       dropout = lambda probs: self.dropout(probs, rngs=rngs)
     value_term = None
-    if self.positions.mixes_values:
-      value_term = lambda probs: self.positions.value_term(probs, ctx_q)
+    if hooks.mixes_values:
+      value_term = lambda probs: hooks.value_term(probs, ctx_q)
     with jax.named_scope('softmax_attention'):
       return dot_product_attention(q_BxTxHxD, k_BxLxHxD, v_BxLxHxD, bias,
                                    visibility.dense(self.causal, num_queries),
                                    implementation=self.implementation, dropout=dropout,
                                    value_term=value_term)
 
-  def _chunked(self, q_BxTxHxD: jax.Array, k_BxLxHxD: jax.Array, v_BxLxHxD: jax.Array,
-               visibility: Visibility, ctx: PositionContext) -> jax.Array:
-    hooks = self.positions
-    return chunked_attention(
-        q_BxTxHxD, k_BxLxHxD, v_BxLxHxD, visibility, ctx.positions, chunk_size=self.chunk_size,
-        block_bias=lambda q, relative: hooks.block_bias(q, ctx, relative),
-        block_value_term=lambda probs, relative: hooks.block_value_term(probs, ctx, relative),
-        causal=self.causal)

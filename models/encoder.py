@@ -1,12 +1,11 @@
 """The RoFormer-style encoder: a classifier, or a masked or causal language model (Flax NNX).
 
-Structure and order follow Hugging Face ``RoFormerForSequenceClassification`` (and, with
-``cfg.task`` mlm or clm, ``RoFormerForMaskedLM``: its prediction head, with the output layer
-tied to the token embeddings), so its weights map one to one (``interop/hf.py``). Post-LN (default) is x = LN(x + dropout(sublayer(x))); pre-LN is
-x = x + dropout(sublayer(LN(x))) with a final LayerNorm. GELU is exact (erf). Parameters are
-float32; activations use the compute dtype (LayerNorm statistics and softmax in float32); logits
-are float32. The forward pass is pure: dropout (active iff ``not cfg.deterministic``) draws keys
-from the ``rngs`` passed to the call.
+Structure and order follow Hugging Face ``RoFormerForSequenceClassification`` (with ``cfg.task``
+mlm or clm, ``RoFormerForMaskedLM``'s prediction head, tied to the token embeddings), so weights
+map one to one (``interop/hf.py``). Post-LN (default) is x = LN(x + dropout(sublayer(x))), pre-LN
+x = x + dropout(sublayer(LN(x))) with a final LayerNorm. GELU is exact (erf). Parameters and
+logits are float32; activations use the compute dtype (LayerNorm statistics and softmax in
+float32). Dropout (iff ``not cfg.deterministic``) draws keys from the ``rngs`` passed to the call.
 """
 
 from __future__ import annotations
@@ -31,20 +30,22 @@ def _dense(cfg: ModelConfig, features_in: int, features_out: int,
                     bias_metadata=sharding.param_metadata(names[1:]), rngs=rngs)
 
 
-class LayerNorm(nnx.LayerNorm):
-  """``nnx.LayerNorm`` under the ``layer_norm`` name scope (profiles attribute its ops)."""
+class _Scoped:
+  """A layer called under the name scope ``scope`` (profiles attribute its ops)."""
+
+  scope: str
 
   def __call__(self, x: jax.Array, *args, **kwargs) -> jax.Array:
-    with jax.named_scope('layer_norm'):
+    with jax.named_scope(self.scope):
       return super().__call__(x, *args, **kwargs)
 
 
-class Dropout(nnx.Dropout):
-  """``nnx.Dropout`` under the ``dropout`` name scope (profiles attribute its ops)."""
+class LayerNorm(_Scoped, nnx.LayerNorm):
+  scope = 'layer_norm'
 
-  def __call__(self, x: jax.Array, *args, **kwargs) -> jax.Array:
-    with jax.named_scope('dropout'):
-      return super().__call__(x, *args, **kwargs)
+
+class Dropout(_Scoped, nnx.Dropout):
+  scope = 'dropout'
 
 
 def _layer_norm(cfg: ModelConfig, features: int, *, rngs: nnx.Rngs) -> nnx.LayerNorm:
@@ -62,16 +63,14 @@ class Embeddings(nnx.Module):
   """Token (+ token-type) embeddings, the scheme's ``embed`` term, LayerNorm and dropout."""
 
   def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
-    self.word_embeddings = nnx.Embed(
-        cfg.vocab_size, cfg.embedding_size, dtype=cfg.compute_dtype,
-        embedding_init=cfg.initializer,
-        embedding_metadata=sharding.param_metadata((sharding.VOCAB, sharding.EMBED)), rngs=rngs)
-    self.token_type_embeddings = nnx.data(None)
-    if cfg.type_vocab_size:
-      self.token_type_embeddings = nnx.Embed(
-          cfg.type_vocab_size, cfg.embedding_size, dtype=cfg.compute_dtype,
-          embedding_init=cfg.initializer,
-          embedding_metadata=sharding.param_metadata((None, sharding.EMBED)), rngs=rngs)
+    def embed(num: int, axis: str | None) -> nnx.Embed:
+      return nnx.Embed(num, cfg.embedding_size, dtype=cfg.compute_dtype,
+                       embedding_init=cfg.initializer, rngs=rngs,
+                       embedding_metadata=sharding.param_metadata((axis, sharding.EMBED)))
+
+    self.word_embeddings = embed(cfg.vocab_size, sharding.VOCAB)
+    self.token_type_embeddings = (embed(cfg.type_vocab_size, None) if cfg.type_vocab_size
+                                  else nnx.data(None))
     self.layer_norm = _layer_norm(cfg, cfg.embedding_size, rngs=rngs)
     self.dropout = _dropout(cfg)
 
@@ -164,26 +163,21 @@ class LanguageModelHead(nnx.Module):
 
 class Classifier(nnx.Module):
   """Encoder + pooling + classification head (or with ``cfg.language_model`` the language-model
-  head on every position); the position scheme is ``cfg.position``.
-
-  With CLS pooling (softmax attention) only position 0 of the last layer reaches the logits, so
-  that layer computes its output only (keys and values from every position). Logits equal the
-  full computation's up to float rounding; dropout masks are drawn at the shapes computed.
-  """
+  head on every position). With CLS pooling (softmax attention) only position 0 of the last layer
+  reaches the logits, so that layer computes its output only (keys and values from every
+  position): logits equal the full computation's up to float rounding; dropout masks are drawn
+  at the shapes computed."""
 
   def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
     self.cfg = cfg
     self.embeddings = Embeddings(cfg, rngs=rngs)
-    self.embeddings_project = nnx.data(None)
-    if cfg.embedding_size != cfg.hidden_size:
-      self.embeddings_project = _dense(cfg, cfg.embedding_size, cfg.hidden_size,
-                                       (None, sharding.EMBED), rngs=rngs)
+    self.embeddings_project = nnx.data(None) if cfg.embedding_size == cfg.hidden_size else _dense(
+        cfg, cfg.embedding_size, cfg.hidden_size, (None, sharding.EMBED), rngs=rngs)
     self.positions = positions_lib.build(cfg, rngs=rngs)
     self.layers = nnx.List([EncoderLayer(cfg, self.positions.layer_hooks(rngs=rngs), rngs=rngs)
                             for _ in range(cfg.num_layers)])
-    self.final_norm = nnx.data(None)
-    if cfg.norm == 'pre':
-      self.final_norm = _layer_norm(cfg, cfg.hidden_size, rngs=rngs)
+    pre_norm = cfg.norm == 'pre'
+    self.final_norm = _layer_norm(cfg, cfg.hidden_size, rngs=rngs) if pre_norm else nnx.data(None)
     # Two towers: the head reads [u, v, u*v, u-v] of a pair's pooled vectors (LRA's 'NLI'
     # interaction).
     self.head = LanguageModelHead(cfg, rngs=rngs) if cfg.language_model else ClassificationHead(
@@ -209,13 +203,11 @@ class Classifier(nnx.Module):
              token_type_ids_BxL: jax.Array | None = None, *, rngs: nnx.Rngs | None = None,
              segments_BxL: jax.Array | None = None,
              last_num_queries: int | None = None) -> jax.Array:
-    """Final hidden states [batch, length, hidden] in the compute dtype.
-
-    ``positions_BxL`` are always explicit; ``mask_BxL`` is true at real tokens; token types None
-    mean zeros; ``segments_BxL`` (packed sequences): int document ids, attention stays within a
-    document; ``rngs`` (``nnx.Rngs(dropout=key)``) is required unless cfg.deterministic. With
-    ``last_num_queries`` the last layer computes only its first positions' outputs.
-    """
+    """Final hidden states [batch, length, hidden] in the compute dtype. ``positions_BxL`` are
+    always explicit; ``mask_BxL`` is true at real tokens; token types None mean zeros;
+    ``segments_BxL`` (packed sequences): int document ids, attention stays within a document;
+    ``rngs`` (``nnx.Rngs(dropout=key)``) is required unless cfg.deterministic; with
+    ``last_num_queries`` the last layer computes only its first positions' outputs."""
     self._check_inputs(inputs_BxL, positions_BxL, mask_BxL, token_type_ids_BxL, rngs)
     visibility = Visibility(mask_BxL.astype(bool), segments_BxL)
     with jax.named_scope('embeddings'):
@@ -282,11 +274,8 @@ class Classifier(nnx.Module):
 
 def init(cfg: ModelConfig, key: jax.Array) -> tuple[nnx.GraphDef, nnx.State]:
   """(graphdef, params) of a fresh ``Classifier`` (all its state); eager, jit or eval_shape.
-
-  The position scheme's own parameters draw from a stream of their own (``positions``), so the
-  shared parameters (embeddings, encoder layers, head) start identical under every scheme for the
-  same key: an ablation compares schemes from the same start.
-  """
+  The scheme's own parameters draw from a stream of their own (``positions``), so the shared ones
+  start identical under every scheme for the same key: an ablation compares from one start."""
   rngs = nnx.Rngs(params=key, positions=jax.random.fold_in(key, 1))
   return nnx.split(Classifier(cfg, rngs=rngs), nnx.Param)
 

@@ -1,25 +1,21 @@
-"""Position schemes, a registry by name (``model.position``).
+"""Position schemes, a registry by name (``model.position``); attention never knows which runs.
 
-Attention never knows which scheme it runs. A ``PositionScheme`` (one per model) holds the shared
-parameters, adds its ``embed`` term to the token embeddings (sinusoidal, learned) and computes a
-``PositionContext`` once per forward pass (rotary tables, bias tensors, clipped relative
-distances) that every layer shares. Each layer's attention owns the ``LayerHooks`` the scheme
-made for it (per-layer parameters for Shaw) and calls ``rotate`` (rotary), ``bias`` (t5, alibi,
-shaw) and ``value_term`` on the probabilities (Shaw with ``model.shaw_values``).
+A ``PositionScheme`` (one per model) holds the shared parameters, adds its ``embed`` term to the
+token embeddings and computes once per forward pass the ``PositionContext`` every layer shares.
+Each layer's attention calls the ``LayerHooks`` the scheme made for it (Shaw's hold per-layer
+parameters): ``rotate``, ``bias`` and ``value_term`` (on the probabilities).
 
-Relative distances are key minus query position, from the explicit integer positions
-[batch, length], so shifting all positions changes nothing; nothing here invents an arange.
-
-With ``model.attention_impl='chunked'`` nothing of size length x length is formed: the context
-keeps the positions and the schemes' small tables, and attention asks the hooks for the bias
-(``block_bias``) and value term (``block_value_term``) of one block of queries and keys at a
-time, from the block's relative distances.
+Relative distances are key minus query position, from the explicit positions [batch, length]:
+shifting all positions changes nothing; nothing here invents an arange. With
+``model.attention_impl='chunked'`` nothing of size length x length is formed: the context keeps
+the positions and the schemes' small tables, and the hooks' ``block_bias`` and
+``block_value_term`` give one block's terms from its relative distances.
 """
 
 from __future__ import annotations
 
 import math
-from typing import ClassVar, NamedTuple
+from typing import Callable, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -35,14 +31,11 @@ class LengthError(ValueError):
 
 
 class PositionContext(NamedTuple):
-  """Per-forward-pass position state, shared by all layers (a pytree; unused fields are None).
-
-  ``rotary_tables``: float32 sin/cos [batch, length, rotary_dim/2]; ``bias``: float32 logits term
-  [batch, heads, length_q, length_k]; ``relative`` (Shaw): int32 clipped distances + k, in
-  [0, 2k], [batch, length_q, length_k]. Blockwise (chunked attention): ``positions`` [batch,
-  length] (the keys'; the queries are the first ones; set by the encoder) and ``pair_table``, the
-  scheme's table that ``block_bias`` reads (T5's bucket embeddings, ALiBi's slopes).
-  """
+  """Per-forward-pass position state shared by all layers (a pytree; unused fields None).
+  ``bias``: float32 [batch, heads, length_q, length_k]; ``relative`` (Shaw): int32 clipped
+  distances + k, in [0, 2k], [batch, length_q, length_k]. Blockwise (chunked attention):
+  ``positions`` [batch, length] (the keys'; the queries are the first ones; set by the encoder)
+  and ``pair_table``, which ``block_bias`` reads (T5's bucket embeddings, ALiBi's slopes)."""
 
   rotary_tables: rope.RotaryTables | None = None
   bias: jax.Array | None = None
@@ -55,11 +48,9 @@ class PositionContext(NamedTuple):
     tables = self.rotary_tables
     if tables is not None:
       tables = rope.RotaryTables(*(None if t is None else t[..., :num, :] for t in tables))
-    return PositionContext(
-        rotary_tables=tables,
-        bias=None if self.bias is None else self.bias[:, :, :num],
-        relative=None if self.relative is None else self.relative[:, :num],
-        positions=self.positions, pair_table=self.pair_table)
+    return self._replace(
+        rotary_tables=tables, bias=None if self.bias is None else self.bias[:, :, :num],
+        relative=None if self.relative is None else self.relative[:, :num])
 
 
 def blockwise(cfg) -> bool:
@@ -77,20 +68,15 @@ def _gather_row(row_HxR: jax.Array, index_S: jax.Array) -> jax.Array:
   return row_HxR[:, index_S]
 
 
-# out[b, h, t, s] = table[b, h, t, index[b, t, s]]: one small gather per (batch, query) row,
-# faster on CPU than a one-hot contraction or jnp.take_along_axis (benchmarks/README.md).
-_gather_rows = jax.vmap(jax.vmap(_gather_row, in_axes=(1, 0), out_axes=1))
-
-
-def gather_relative(table_BxHxTxR: jax.Array, index_BxTxS: jax.Array) -> jax.Array:
-  """[batch, heads, length_q, length_k]: table[b, h, i, index[b, i, j]] (exact: a gather)."""
-  return _gather_rows(table_BxHxTxR, index_BxTxS)
+# gather_relative(table_BxHxTxR, index_BxTxS)[b, h, t, s] = table[b, h, t, index[b, t, s]]: one
+# small gather per (batch, query) row, faster on CPU than a one-hot contraction or
+# jnp.take_along_axis (benchmarks/README.md).
+gather_relative = jax.vmap(jax.vmap(_gather_row, in_axes=(1, 0), out_axes=1))
 
 
 def scatter_relative(values_BxHxTxS: jax.Array, index_BxTxS: jax.Array,
                      num_relative: int) -> jax.Array:
-  """float32 [batch, heads, length_q, num_relative]: sum_j values[b, h, i, j] [index[b, i, j] == r],
-  the transpose of ``gather_relative`` (summed in float32)."""
+  """float32 [batch, heads, length_q, num_relative]: the transpose of ``gather_relative``."""
   batch, heads, length, _ = values_BxHxTxS.shape
   zeros = jax.ShapeDtypeStruct((batch, heads, length, num_relative), jnp.float32)
   transpose = jax.linear_transpose(lambda t: gather_relative(t, index_BxTxS), zeros)
@@ -98,7 +84,7 @@ def scatter_relative(values_BxHxTxS: jax.Array, index_BxTxS: jax.Array,
 
 
 class LayerHooks(nnx.Module):
-  """The per-layer hooks an attention layer calls; this base is the identity / no-bias case."""
+  """The per-layer hooks an attention layer calls; this base adds no position information."""
 
   rotary: rope.Rotary | None = None  # what linear attention applies to phi(q), phi(k)
   mixes_values: bool = False  # value_term adds to the output: attention forms explicit probs
@@ -120,8 +106,7 @@ class LayerHooks(nnx.Module):
 
   def block_bias(self, q_BxTxHxD: jax.Array, ctx: PositionContext,
                  relative_BxTxS: jax.Array) -> jax.Array | None:
-    """``bias`` for one block of queries and keys, whose key-minus-query distances are
-    ``relative``."""
+    """``bias`` for one block of queries and keys with these key-minus-query distances."""
     del q_BxTxHxD, ctx, relative_BxTxS
     return None
 
@@ -133,7 +118,7 @@ class LayerHooks(nnx.Module):
 
 
 class PositionScheme(nnx.Module):
-  """Base scheme; every hook defaults to "no position information". Schemes override some."""
+  """Base scheme: no position information; schemes override some of these."""
 
   supports_linear: ClassVar[bool] = True  # usable with model.attention='linear' (no logits)
   options: ClassVar[tuple[str, ...]] = ()  # the config switches only this scheme accepts
@@ -146,7 +131,7 @@ class PositionScheme(nnx.Module):
     """Raises ValueError for options that this scheme cannot use."""
 
   def embed(self, x_BxLxE: jax.Array, positions_BxL: jax.Array) -> jax.Array:
-    """Adds absolute position information to token embeddings [batch, length, embedding]."""
+    """Adds absolute position information to the token embeddings."""
     del positions_BxL
     return x_BxLxE
 
@@ -208,10 +193,8 @@ class NoPositions(PositionScheme):
 
 
 def sinusoidal_table(positions_BxL: jax.Array, width: int) -> jax.Array:
-  """float32 [batch, length, width]: PE[m, 2i] = sin(m w_i), PE[m, 2i+1] = cos(m w_i).
-
-  w_i = 10000^(-2i/width), Vaswani et al. (2017), section 3.5, evaluated at explicit positions.
-  """
+  """float32 [batch, length, width]: PE[m, 2i] = sin(m w_i), PE[m, 2i+1] = cos(m w_i),
+  w_i = 10000^(-2i/width) (Vaswani et al. 2017, section 3.5)."""
   omega_P = jnp.asarray(10000.0 ** (-np.arange(0, width, 2) / width), jnp.float32)
   angle_BxLxP = positions_BxL.astype(jnp.float32)[..., None] * omega_P
   pe_BxLxPx2 = jnp.stack([jnp.sin(angle_BxLxP), jnp.cos(angle_BxLxP)], axis=-1)
@@ -245,10 +228,8 @@ class Sinusoidal(PositionScheme):
 @register('learned')
 class Learned(PositionScheme):
   """Learned absolute embeddings for positions 0 .. max_length - 1 (BERT, Devlin et al. 2019).
-
-  A longer sequence raises at trace time; a position value outside [0, max_length) is traced, so
-  it cannot raise: it gets a NaN embedding, never a silently clipped row.
-  """
+  A longer sequence raises at trace time; a (traced) position outside [0, max_length) gets a NaN
+  embedding, never a silently clipped row."""
 
   def __init__(self, cfg, *, rngs: nnx.Rngs):
     self.max_length = cfg.max_length
@@ -273,14 +254,14 @@ class ShawHooks(LayerHooks):
 
   def __init__(self, cfg, *, rngs: nnx.Rngs):
     self.max_distance = cfg.shaw_max_distance
-    num_relative = 2 * cfg.shaw_max_distance + 1
-    metadata = sharding.param_metadata((None, sharding.KV))
-    self.key_table = nnx.Param(
-        cfg.initializer(rngs.positions(), (num_relative, cfg.head_dim), jnp.float32), **metadata)
-    self.value_table = nnx.data(None)
-    if cfg.shaw_values:
-      self.value_table = nnx.Param(
-          cfg.initializer(rngs.positions(), (num_relative, cfg.head_dim), jnp.float32), **metadata)
+    shape = (2 * cfg.shaw_max_distance + 1, cfg.head_dim)
+
+    def table() -> nnx.Param:
+      return nnx.Param(cfg.initializer(rngs.positions(), shape, jnp.float32),
+                       **sharding.param_metadata((None, sharding.KV)))
+
+    self.key_table = table()
+    self.value_table = table() if cfg.shaw_values else nnx.data(None)
     self.mixes_values = cfg.shaw_values
 
   def bias(self, q_BxTxHxD: jax.Array, ctx: PositionContext) -> jax.Array:
@@ -295,21 +276,20 @@ class ShawHooks(LayerHooks):
     """sum_j p_ij a^V_(j-i) (eq. 3): the probability mass per distance (float32 sum) times a^V."""
     if self.value_table is None:
       return None
-    num_relative = self.value_table.shape[0]
-    mass_BxHxTxR = scatter_relative(probs_BxHxTxS, ctx.relative,
-                                    num_relative).astype(probs_BxHxTxS.dtype)
-    return jnp.einsum('BHTR,RD->BTHD', mass_BxHxTxR,
-                      self.value_table[...].astype(probs_BxHxTxS.dtype))
-
-  def _clipped(self, relative_BxTxS: jax.Array) -> PositionContext:
-    k = self.max_distance
-    return PositionContext(relative=jnp.clip(relative_BxTxS, -k, k) + k)
+    dtype = probs_BxHxTxS.dtype
+    mass_BxHxTxR = scatter_relative(probs_BxHxTxS, ctx.relative, self.value_table.shape[0])
+    return jnp.einsum('BHTR,RD->BTHD', mass_BxHxTxR.astype(dtype),
+                      self.value_table[...].astype(dtype))
 
   def block_bias(self, q_BxTxHxD, ctx, relative_BxTxS):
-    return self.bias(q_BxTxHxD, self._clipped(relative_BxTxS))
+    return self.bias(q_BxTxHxD, _shaw_context(relative_BxTxS, self.max_distance))
 
   def block_value_term(self, probs_BxHxTxS, ctx, relative_BxTxS):
-    return self.value_term(probs_BxHxTxS, self._clipped(relative_BxTxS))
+    return self.value_term(probs_BxHxTxS, _shaw_context(relative_BxTxS, self.max_distance))
+
+
+def _shaw_context(relative_BxTxS: jax.Array, k: int) -> PositionContext:
+  return PositionContext(relative=jnp.clip(relative_BxTxS, -k, k) + k)
 
 
 @register('shaw', supports_linear=False, options=('model.shaw_values',))
@@ -329,8 +309,7 @@ class Shaw(PositionScheme):
   def prepare(self, positions_BxL: jax.Array) -> PositionContext:
     if blockwise(self.cfg):  # the block's distances come from the positions
       return PositionContext()
-    k = self.cfg.shaw_max_distance
-    return PositionContext(relative=jnp.clip(relative_positions(positions_BxL), -k, k) + k)
+    return _shaw_context(relative_positions(positions_BxL), self.cfg.shaw_max_distance)
 
   def layer_hooks(self, *, rngs: nnx.Rngs) -> LayerHooks:
     return ShawHooks(self.cfg, rngs=rngs)
@@ -338,14 +317,11 @@ class Shaw(PositionScheme):
 
 def t5_buckets(relative_BxTxS: jax.Array, num_buckets: int, max_distance: int,
                bidirectional: bool = True) -> jax.Array:
-  """T5's relative-position buckets, int32 [batch, length_q, length_k].
-
-  Bidirectional (encoder): half the buckets are for keys after the query. Causal (T5's decoder,
-  ``bidirectional=False``): all are for keys at or before it (later keys share bucket 0; the
-  causal mask hides them). In each half (or the whole), distances below half/2 get their own
-  bucket; larger ones share logarithmically wider buckets up to ``max_distance``, beyond which
-  all share the last one.
-  """
+  """T5's relative-position buckets, int32 [batch, length_q, length_k]. Bidirectional: half the
+  buckets are for keys after the query. Causal (T5's decoder): all are for keys at or before it
+  (later keys share bucket 0; the mask hides them). In each half (or the whole), distances below
+  half/2 get a bucket each; larger ones share logarithmically wider buckets up to
+  ``max_distance``, beyond which all share the last one."""
   if bidirectional:
     half = num_buckets // 2
     offset_BxTxS = jnp.where(relative_BxTxS > 0, half, 0)
@@ -361,18 +337,6 @@ def t5_buckets(relative_BxTxS: jax.Array, num_buckets: int, max_distance: int,
   return offset_BxTxS + jnp.where(distance_BxTxS < max_exact, distance_BxTxS, large_BxTxS)
 
 
-class T5Hooks(LayerHooks):
-  """The blockwise T5 bias, from the shared bucket embeddings the context carries."""
-
-  def __init__(self, num_buckets: int, max_distance: int, bidirectional: bool):
-    self.num_buckets, self.max_distance = num_buckets, max_distance
-    self.bidirectional = bidirectional
-
-  def block_bias(self, q_BxTxHxD, ctx, relative_BxTxS):
-    return t5_bias(ctx.pair_table, relative_BxTxS, self.num_buckets, self.max_distance,
-                   self.bidirectional)
-
-
 def t5_bias(embedding_KxH: jax.Array, relative_BxTxS: jax.Array, num_buckets: int,
             max_distance: int, bidirectional: bool = True) -> jax.Array:
   """float32 [batch, heads, length_q, length_k]: the bucket embeddings of the distances."""
@@ -380,48 +344,9 @@ def t5_bias(embedding_KxH: jax.Array, relative_BxTxS: jax.Array, num_buckets: in
   return jnp.take(embedding_KxH, buckets_BxTxS, axis=0).transpose(0, 3, 1, 2)
 
 
-@register('t5', supports_linear=False)
-class T5(PositionScheme):
-  """A learned scalar per (bucketed relative distance, head), shared by all layers (Raffel et
-  al. 2020, section 2.1)."""
-
-  def __init__(self, cfg, *, rngs: nnx.Rngs):
-    self.num_buckets = cfg.t5_num_buckets
-    self.max_distance = cfg.t5_max_distance
-    self.bidirectional = not cfg.causal
-    self.blockwise = blockwise(cfg)
-    self.embedding = nnx.Param(
-        cfg.initializer(rngs.positions(), (cfg.t5_num_buckets, cfg.num_heads), jnp.float32),
-        **sharding.param_metadata((None, sharding.HEADS)))
-
-  @classmethod
-  def check(cls, cfg) -> None:
-    if cfg.t5_num_buckets < 4 or cfg.t5_num_buckets % 2:
-      raise ValueError('model.t5_num_buckets must be even and >= 4 (half per direction), got '
-                       f'{cfg.t5_num_buckets}.')
-    exact = cfg.t5_num_buckets // (2 if cfg.causal else 4)  # causal: all buckets look back
-    if cfg.t5_max_distance <= exact:
-      raise ValueError(f'model.t5_max_distance={cfg.t5_max_distance} must exceed the exactly '
-                       f'bucketed distances (model.t5_num_buckets / {4 // (1 + cfg.causal)} = '
-                       f'{exact}).')
-
-  def prepare(self, positions_BxL: jax.Array) -> PositionContext:
-    if self.blockwise:
-      return PositionContext(pair_table=self.embedding[...])
-    return PositionContext(bias=t5_bias(self.embedding[...], relative_positions(positions_BxL),
-                                        self.num_buckets, self.max_distance, self.bidirectional))
-
-  def layer_hooks(self, *, rngs: nnx.Rngs) -> LayerHooks:
-    del rngs
-    return T5Hooks(self.num_buckets, self.max_distance, self.bidirectional)
-
-
 def alibi_slopes(num_heads: int) -> np.ndarray:
-  """ALiBi's per-head slopes, float32 [heads].
-
-  For n a power of two: the geometric sequence 2^(-8/n), 2^(-16/n), ..., 2^(-8). Otherwise the
-  slopes of the closest smaller power of two, then every other slope of twice that power.
-  """
+  """ALiBi's per-head slopes, float32 [heads]: for n a power of two 2^(-8/n), 2^(-16/n), ...,
+  2^(-8); otherwise those of the closest smaller power of two, then every other one of twice it."""
 
   def geometric(n: int) -> list[float]:
     return [2.0 ** (-8.0 * (i + 1) / n) for i in range(n)]
@@ -437,32 +362,76 @@ def alibi_bias(slopes_H: jax.Array, relative_BxTxS: jax.Array) -> jax.Array:
   return -slopes_H[None, :, None, None] * distance_Bx1xTxS
 
 
-class AlibiHooks(LayerHooks):
-  """The blockwise ALiBi bias, from the slopes the context carries."""
+class PairBiasHooks(LayerHooks):
+  """The blockwise bias of a ``PairBias`` scheme, from the table the context carries."""
+
+  def __init__(self, bias_fn: Callable[..., jax.Array], args: tuple):
+    self.bias_fn, self.args = bias_fn, args
 
   def block_bias(self, q_BxTxHxD, ctx, relative_BxTxS):
-    return alibi_bias(ctx.pair_table, relative_BxTxS)
+    return self.bias_fn(ctx.pair_table, relative_BxTxS, *self.args)
+
+
+class PairBias(PositionScheme):
+  """A logits bias ``bias_fn(pair_table(), relative, *args)`` from a small table (T5, ALiBi),
+  whole or (chunked attention) per block."""
+
+  def __init__(self, cfg, bias_fn: Callable[..., jax.Array], args: tuple = ()):
+    self.blockwise = blockwise(cfg)
+    self.bias_fn, self.args = bias_fn, args
+
+  def pair_table(self) -> jax.Array:
+    raise NotImplementedError
+
+  def prepare(self, positions_BxL: jax.Array) -> PositionContext:
+    table = self.pair_table()
+    if self.blockwise:
+      return PositionContext(pair_table=table)
+    return PositionContext(bias=self.bias_fn(table, relative_positions(positions_BxL), *self.args))
+
+  def layer_hooks(self, *, rngs: nnx.Rngs) -> LayerHooks:
+    del rngs
+    return PairBiasHooks(self.bias_fn, self.args)
+
+
+@register('t5', supports_linear=False)
+class T5(PairBias):
+  """A learned scalar per (bucketed relative distance, head), shared by all layers (Raffel et
+  al. 2020, section 2.1)."""
+
+  def __init__(self, cfg, *, rngs: nnx.Rngs):
+    super().__init__(cfg, t5_bias, (cfg.t5_num_buckets, cfg.t5_max_distance, not cfg.causal))
+    self.embedding = nnx.Param(
+        cfg.initializer(rngs.positions(), (cfg.t5_num_buckets, cfg.num_heads), jnp.float32),
+        **sharding.param_metadata((None, sharding.HEADS)))
+
+  @classmethod
+  def check(cls, cfg) -> None:
+    if cfg.t5_num_buckets < 4 or cfg.t5_num_buckets % 2:
+      raise ValueError('model.t5_num_buckets must be even and >= 4 (half per direction), got '
+                       f'{cfg.t5_num_buckets}.')
+    exact = cfg.t5_num_buckets // (2 if cfg.causal else 4)  # causal: all buckets look back
+    if cfg.t5_max_distance <= exact:
+      raise ValueError(f'model.t5_max_distance={cfg.t5_max_distance} must exceed the exactly '
+                       f'bucketed distances (model.t5_num_buckets / {4 // (1 + cfg.causal)} = '
+                       f'{exact}).')
+
+  def pair_table(self) -> jax.Array:
+    return self.embedding[...]
 
 
 @register('alibi', supports_linear=False)
-class ALiBi(PositionScheme):
+class ALiBi(PairBias):
   """Fixed linear biases -slope_h |j - i| (Press, Smith and Lewis 2022), in the symmetric form
   for a bidirectional encoder; under the causal mask it is the paper's causal form."""
 
   def __init__(self, cfg, *, rngs: nnx.Rngs):
     del rngs
+    super().__init__(cfg, alibi_bias)
     self.num_heads = cfg.num_heads
-    self.blockwise = blockwise(cfg)
 
-  def prepare(self, positions_BxL: jax.Array) -> PositionContext:
-    slopes_H = jnp.asarray(alibi_slopes(self.num_heads))
-    if self.blockwise:
-      return PositionContext(pair_table=slopes_H)
-    return PositionContext(bias=alibi_bias(slopes_H, relative_positions(positions_BxL)))
-
-  def layer_hooks(self, *, rngs: nnx.Rngs) -> LayerHooks:
-    del rngs
-    return AlibiHooks()
+  def pair_table(self) -> jax.Array:
+    return jnp.asarray(alibi_slopes(self.num_heads))
 
 
 class RotaryHooks(LayerHooks):
@@ -479,8 +448,7 @@ class RotaryHooks(LayerHooks):
 
 @register('rotary', options=('rope.rotary_dim', 'rope.scaling', 'rope.xpos', 'rope.rotary_value'))
 class Rotary(PositionScheme):
-  """RoPE (Su et al. 2021; every ``rope`` option): queries, keys and, with
-  ``rope.rotary_value``, values rotated."""
+  """RoPE (Su et al. 2021) with every ``rope`` option; values too with ``rope.rotary_value``."""
 
   def __init__(self, cfg, *, rngs: nnx.Rngs):
     del rngs

@@ -1,11 +1,10 @@
-"""Logical axis names for parameters and activations.
+"""Logical axis names for parameters and activations; models never mention mesh axes.
 
-Models never mention mesh axes; the training side maps these names to mesh axes with a rules
-table (``training/partitioning.py``: ``LOGICAL_RULES``) under ``jax.set_mesh(mesh)`` and
-``nnx.logical_axis_rules(rules)``. The table must name every logical axis (unused ones map to
-None): names without a rule reach the mesh verbatim. Parameters carry their names as
-``out_sharding`` metadata (flax's successor of ``nnx.with_partitioning``), so
-``nnx.get_partition_spec(params)`` under the rules gives the ``PartitionSpec`` tree.
+The training side maps them to mesh axes with ``training/partitioning.py``'s ``LOGICAL_RULES``
+under ``jax.set_mesh(mesh)`` and ``nnx.logical_axis_rules(rules)``; the table must name every
+logical axis (unused ones map to None): names without a rule reach the mesh verbatim.
+Parameters carry their names as ``out_sharding`` metadata (flax's successor of
+``nnx.with_partitioning``), so ``nnx.get_partition_spec(params)`` gives the ``PartitionSpec`` tree.
 """
 
 from __future__ import annotations
@@ -28,10 +27,8 @@ CLASSES = 'classes'
 
 LOGICAL_AXES = (BATCH, LENGTH, EMBED, HEADS, KV, MLP, VOCAB, CLASSES)
 
-LogicalNames = tuple[str | None, ...]
 
-
-def _check_names(names: Sequence[str | None]) -> LogicalNames:
+def _check_names(names: Sequence[str | None]) -> tuple[str | None, ...]:
   unknown = [n for n in names if n is not None and n not in LOGICAL_AXES]
   if unknown:
     raise ValueError(f'Unknown logical axis names {unknown}; valid names: '
@@ -69,8 +66,7 @@ def constrain(x: jax.Array, names: Sequence[str | None]) -> jax.Array:
   if not active():
     return x
   spec = logical_to_mesh(names)
-  mesh = jax.sharding.get_abstract_mesh()
-  if mesh.are_all_axes_explicit:
+  if jax.sharding.get_abstract_mesh().are_all_axes_explicit:
     return jax.sharding.reshard(x, spec)
   return jax.lax.with_sharding_constraint(x, spec)
 

@@ -66,10 +66,9 @@ class RopeConfig:
     _choice('yarn_ramp', self.yarn_ramp, YARN_RAMPS)
     if not self.base > 1.0:
       raise ValueError(f'RoPE base must be > 1, got {self.base}.')
-    if not self.scaling_factor > 0:
-      raise ValueError(f'RoPE scaling_factor must be > 0, got {self.scaling_factor}.')
-    if self.original_max_length <= 0:
-      raise ValueError(f'RoPE original_max_length must be > 0, got {self.original_max_length}.')
+    for name in ('scaling_factor', 'original_max_length', 'xpos_scale_base'):
+      if not getattr(self, name) > 0:
+        raise ValueError(f'RoPE {name} must be > 0, got {getattr(self, name)}.')
     if self.scaling == 'yarn' and not self.yarn_beta_fast > self.yarn_beta_slow:
       raise ValueError(f'YaRN needs yarn_beta_fast > yarn_beta_slow, got '
                        f'{self.yarn_beta_fast} <= {self.yarn_beta_slow}.')
@@ -77,8 +76,6 @@ class RopeConfig:
       raise ValueError('Llama-3.1 scaling needs llama3_high_freq_factor > '
                        f'llama3_low_freq_factor, got {self.llama3_high_freq_factor} <= '
                        f'{self.llama3_low_freq_factor}.')
-    if not self.xpos_scale_base > 0:
-      raise ValueError(f'RoPE xpos_scale_base must be > 0, got {self.xpos_scale_base}.')
 
   @property
   def attention_factor(self) -> float:
@@ -88,10 +85,8 @@ class RopeConfig:
     return 1.0
 
   def non_default_fields(self) -> list[str]:
-    """Config paths of the switches that change what RoPE computes, set away from defaults.
-
-    Used to refuse them for position schemes that would silently ignore them.
-    """
+    """Config paths of the switches that change what RoPE computes, set away from defaults (to
+    refuse them for position schemes that would silently ignore them)."""
     default = RopeConfig()
     return [f'rope.{name}' for name in ('rotary_dim', 'scaling', 'xpos', 'rotary_value')
             if getattr(self, name) != getattr(default, name)]

@@ -4,29 +4,25 @@ RoFormer (Su et al. 2021, eq. 15) rotates feature pair i by the angle m * theta_
 
     theta_i = base^(-2i/d),  i = 0 .. d/2 - 1,  base = 10000.
 
-The variants below change theta (and, for YaRN, the attention temperature) so that a model
-trained with context length L can be run at s * L. All are computed once, in float64 NumPy at
-trace time, and handed to JAX as float32 constants: they depend only on static arguments.
+The variants below (``rope.RopeConfig`` fields; each exactly plain RoPE at factor 1) change
+theta (YaRN also the attention temperature) so that a model trained with context length L runs
+at s * L. Computed in float64 NumPy at trace time (static arguments only), then float32.
 
 * ``linear``: position interpolation (Chen et al. 2023, "Extending Context Window of Large
   Language Models via Positional Interpolation"): theta_i / s, i.e. position m acts as m / s.
 * ``ntk``: NTK-aware base scaling (bloc97 2023, analysed in the YaRN paper): the base becomes
   base * s^(d / (d - 2)), so the lowest frequency is interpolated by s and the highest kept.
 * ``dynamic_ntk``: dynamic NTK (emozilla 2023; Hugging Face's ``dynamic``): plain RoPE up to the
-  original length L; at a sequence of n > L tokens the NTK base with factor s n / L - (s - 1), so
-  the frequencies follow the length actually run instead of a fixed s.
+  original length L; at n > L tokens the NTK base with factor s n / L - (s - 1).
 * ``yarn``: YaRN (Peng et al. 2023, "YaRN: Efficient Context Window Extension of Large Language
-  Models"): "NTK-by-parts" interpolation, dimensions that turn more than ``beta_fast`` times over
-  the original context keep theta_i, those that turn fewer than ``beta_slow`` times use
-  theta_i / s, a linear ramp in between (by default over the pair index between the rounded
-  correction dims, as the authors' code; ``yarn_ramp='paper'``: over the number of turns, as the
-  paper's formula reads); plus the attention temperature
-  sqrt(1/t) = 0.1 ln(s) + 1 that multiplies queries and keys.
+  Models"): "NTK-by-parts", dimensions that turn more than ``beta_fast`` times over the original
+  context keep theta_i, fewer than ``beta_slow`` times use theta_i / s, a linear ramp between (by
+  default over the pair index between the rounded correction dims, as the authors' code;
+  ``yarn_ramp='paper'``: over the number of turns, as the paper's formula reads); plus the
+  temperature sqrt(1/t) = 0.1 ln(s) + 1 on queries and keys.
 * ``llama3``: Llama 3.1's frequency scaling (Meta 2024, "The Llama 3 Herd of Models"): wavelengths
-  shorter than L / high_freq_factor are kept, longer than L / low_freq_factor divided by s, a
-  smooth interpolation in between.
-
-Every variant is exactly plain RoPE at factor 1. The options are ``rope.RopeConfig`` fields.
+  shorter than L / high_freq_factor kept, longer than L / low_freq_factor divided by s, a smooth
+  interpolation between.
 """
 
 from __future__ import annotations
@@ -53,10 +49,8 @@ def _yarn_keep(theta: np.ndarray, d: int, base: float, config: RopeConfig) -> np
 
 def inv_frequencies(rotary_dim: int, config: RopeConfig = RopeConfig(),
                     length: int | None = None) -> np.ndarray:
-  """The frequencies theta_i, i = 0 .. rotary_dim/2 - 1, as float32 [rotary_dim // 2].
-
-  ``length``: the sequence length run (only ``dynamic_ntk`` depends on it; None: the original).
-  """
+  """The frequencies theta_i, i = 0 .. rotary_dim/2 - 1, as float32 [rotary_dim // 2]; ``length``
+  is the sequence length run (only ``dynamic_ntk`` depends on it; None: the original)."""
   check_rotary_dim(rotary_dim, rotary_dim)
   d, s, base = rotary_dim, float(config.scaling_factor), config.base
   exponents = np.arange(0, d, 2, dtype=np.float64) / d  # 2i/d

@@ -22,10 +22,7 @@ import jax.numpy as jnp
 
 from rope import rotary as rotary_lib
 
-FEATURE_MAPS = {
-    'elu+1': lambda x: jax.nn.elu(x) + 1.0,
-    'relu': jax.nn.relu,
-}
+FEATURE_MAPS = {'elu+1': lambda x: jax.nn.elu(x) + 1.0, 'relu': jax.nn.relu}
 
 
 def _key_ranges(segments_BxL: jax.Array | None, causal: bool,

@@ -8,11 +8,10 @@ For one vector x in R^d at position m, RoPE multiplies x by the block-diagonal r
 computed the efficient way (eq. 34): R x = x * cos(m theta) + rotate(x) * sin(m theta), where
 rotate maps each pair (x_a, x_b) to (-x_b, x_a). Nothing builds a d x d matrix.
 
-``sincos_one`` and ``rotate_one`` are the paper's formulas for one position and one vector;
-``apply_rotary_sincos`` lifts them with ``jax.vmap`` over heads, length and batch; ``Rotary``
-computes the tables once per forward pass for every layer; ``apply_rotary`` is the one-call form.
-Angles m * theta are float32 whatever the activation dtype (bfloat16 angles are off by up to
-~0.8 rad at a few thousand positions); the rotation is computed in float32 and rounded once.
+``sincos_one`` and ``rotate_one`` are the paper's formulas for one position and one vector,
+lifted with ``jax.vmap`` over heads, length and batch. Angles m * theta are float32 whatever the
+activation dtype (bfloat16 angles are off by up to ~0.8 rad at a few thousand positions); the
+rotation is computed in float32 and rounded once.
 """
 
 from __future__ import annotations
@@ -54,11 +53,8 @@ def _unpairs(a_P: jax.Array, b_P: jax.Array, layout: str) -> jax.Array:
 
 def rotate_one(x_D: jax.Array, sin_P: jax.Array, cos_P: jax.Array, *,
                layout: str = 'interleaved') -> jax.Array:
-  """R^d_{Theta,m} x for one vector x [d] given sin/cos [d/2] of its position (paper eq. 34).
-
-  Each pair (a, b) becomes (a cos - b sin, b cos + a sin). Computed in float32, returned in
-  x's dtype. ``d`` here is the rotated width (the caller passes through the rest).
-  """
+  """R^d_{Theta,m} x for one vector x [d] (the rotated width) given sin/cos [d/2] of its position
+  (paper eq. 34): each pair (a, b) becomes (a cos - b sin, b cos + a sin), in float32."""
   a_P, b_P = _pairs(x_D.astype(jnp.float32), layout)
   out_D = _unpairs(a_P * cos_P - b_P * sin_P, b_P * cos_P + a_P * sin_P, layout)
   return out_D.astype(x_D.dtype)
@@ -83,10 +79,8 @@ def _lift(fn, x_ndim: int):
 
 def apply_rotary_sincos(x: jax.Array, sin: jax.Array, cos: jax.Array, *,
                         layout: str = 'interleaved', rotary_dim: int | None = None) -> jax.Array:
-  """Rotates x [..., length, heads, head_dim] with precomputed sin/cos [..., length, rotary_dim/2].
-
-  Only the first ``rotary_dim`` features are rotated; the rest pass through bit-identical.
-  """
+  """Rotates x [..., length, heads, head_dim] with precomputed sin/cos [..., length, rotary_dim/2]:
+  only the first ``rotary_dim`` features; the rest pass through bit-identical."""
   check_layout(layout)
   rotary_dim = check_rotary_dim(x.shape[-1], rotary_dim)
   _check_shapes(x, sin[..., 0])
@@ -101,13 +95,10 @@ def apply_rotary_sincos(x: jax.Array, sin: jax.Array, cos: jax.Array, *,
 
 
 def _materialize(arrays: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
-  """Returns the arrays unchanged, computed once instead of inside every consumer.
-
-  XLA (measured on CPU, see benchmarks/README.md) fuses sin/cos into each op that uses the
-  tables and so recomputes them for every head of every layer. A matmul by the identity at
-  HIGHEST precision is exact (x * 1 + 0 + ...) and is a fusion boundary, so the tables are
-  computed once. ``jax.lax.optimization_barrier`` does not survive CPU compilation.
-  """
+  """The arrays unchanged, computed once instead of inside every consumer: XLA (measured on CPU,
+  benchmarks/README.md) fuses sin/cos into each op that uses the tables, recomputing them for
+  every head of every layer. A matmul by the identity at HIGHEST precision is exact (x * 1 + 0 +
+  ...) and a fusion boundary; ``jax.lax.optimization_barrier`` does not survive CPU compilation."""
   stacked = jnp.stack(arrays)
   eye = jnp.eye(stacked.shape[-1], dtype=stacked.dtype)
   stacked = jnp.matmul(stacked, eye, precision=jax.lax.Precision.HIGHEST)
@@ -115,13 +106,8 @@ def _materialize(arrays: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
 
 
 class RotaryTables(NamedTuple):
-  """Per-position tables, computed once per forward pass and shared by every layer.
-
-  Attributes:
-    sin: float32 [..., length, rotary_dim/2].
-    cos: float32 [..., length, rotary_dim/2].
-    xpos: float32 [..., length, rotary_dim/2] xPos scales zeta^(m / scale_base), or None.
-  """
+  """Per-position float32 [..., length, rotary_dim/2] tables, computed once per forward pass
+  and shared by every layer: sin, cos and xPos's scales zeta^(m / scale_base) (or None)."""
 
   sin: jax.Array
   cos: jax.Array
@@ -130,12 +116,8 @@ class RotaryTables(NamedTuple):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Rotary(RopeConfig):
-  """A RoPE variant (the ``RopeConfig`` options) for heads of ``head_dim`` features.
-
-  ``tables(positions)`` computes sin/cos (and xPos scales) once per forward pass;
-  ``apply(x, tables, role)`` is shared by every layer. xPos scales grow exponentially with |m|:
-  keep positions within a few multiples of ``xpos_scale_base``.
-  """
+  """A RoPE variant (the ``RopeConfig`` options) for heads of ``head_dim`` features. xPos scales
+  grow exponentially with |m|: keep positions within a few multiples of ``xpos_scale_base``."""
 
   head_dim: int
 
@@ -148,15 +130,12 @@ class Rotary(RopeConfig):
     """The number of rotated features."""
     return self.head_dim if self.rotary_dim is None else self.rotary_dim
 
-  def theta(self, length: int | None = None) -> np.ndarray:
-    """float32 [dim/2]: the (possibly scaled) frequencies for sequences of ``length`` tokens."""
-    return frequencies.inv_frequencies(self.dim, self, length)
-
   def tables(self, positions: jax.Array) -> RotaryTables:
     """sin/cos (and xPos scales) for positions [..., length] (int or float): float32
     [..., length, dim/2]. ``dynamic_ntk`` takes its frequencies from the static length."""
     positions = jnp.asarray(positions)
-    theta_P = jnp.asarray(self.theta(positions.shape[-1] if positions.ndim else None))
+    length = positions.shape[-1] if positions.ndim else None
+    theta_P = jnp.asarray(frequencies.inv_frequencies(self.dim, self, length))
     sincos = sincos_one
     for _ in range(positions.ndim):
       sincos = jax.vmap(sincos, in_axes=(0, None))
@@ -169,11 +148,8 @@ class Rotary(RopeConfig):
     return RotaryTables(sin, cos, xpos)
 
   def apply(self, x: jax.Array, tables: RotaryTables, role: str = 'query') -> jax.Array:
-    """Rotates x [..., length, heads, head_dim] with tables from ``self.tables``.
-
-    role: 'query' or 'key' (rotation, xPos scale zeta^m resp. zeta^-m, YaRN temperature) or
-      'value' (rotation only, as Hugging Face RoFormer's ``rotary_value``).
-    """
+    """Rotates x [..., length, heads, head_dim] with ``self.tables``: role 'query' or 'key'
+    (rotation, xPos scale zeta^m resp. zeta^-m, YaRN temperature) or 'value' (rotation only)."""
     if role not in ROLES:
       raise ValueError(f'Unknown role {role!r}; valid choices: {", ".join(ROLES)}.')
     sin, cos = tables.sin, tables.cos
@@ -187,13 +163,9 @@ class Rotary(RopeConfig):
 
 
 def apply_rotary(x: jax.Array, positions: jax.Array, **options) -> jax.Array:
-  """Applies RoPE to x [..., length, heads, head_dim] at positions [..., length].
-
-  ``options`` are ``RopeConfig`` fields (base, layout, rotary_dim, scaling, ...). Positions are
-  explicit (int or float): offsets, packed sequences restarting at 0 and per-example positions
-  all work. Returns an array of x's shape and dtype. Only the rotation: YaRN's temperature and
-  xPos act on queries and keys (``Rotary.apply`` with role='query'/'key').
-  """
+  """Applies RoPE to x [..., length, heads, head_dim] at explicit positions [..., length] (int or
+  float); ``options`` are ``RopeConfig`` fields. Only the rotation: YaRN's temperature and xPos
+  act on queries and keys (``Rotary.apply`` with role='query'/'key')."""
   positions = jnp.asarray(positions)
   _check_shapes(x, positions)
   return _apply_rotary(x, positions, Rotary(head_dim=x.shape[-1], **options))
