@@ -1,11 +1,9 @@
 """Orbax checkpoints (the last N plus the best by validation accuracy), checked file by file.
 
-Orbax saves into a temporary directory renamed when complete, so an interrupted save (kill -9
-included) leaves no step behind. Added here: a manifest (``_SHA256_MANIFEST.json``, size and
-SHA-256 of every file) written once a save is complete and checked before a restore, so a
-truncated or garbled file is detected, not read as numbers; resuming from the newest intact
-checkpoint, newer corrupt ones moved to ``checkpoints_corrupt/`` (never deleted); clear errors for
-other array shapes and failed saves. No pickle: arrays are tensorstore, the rest is JSON.
+Orbax renames a save's temporary directory when complete, so an interrupted save (kill -9
+included) leaves no step behind. Added here: a manifest (size and SHA-256 of every file), written
+once a save is complete and checked before a restore, so a truncated or garbled file is detected,
+not read as numbers; corrupt steps are moved to ``checkpoints_corrupt/`` (never deleted).
 """
 
 from __future__ import annotations
@@ -36,42 +34,23 @@ STATE_ITEM = 'state'
 # between two log steps averages the same steps as one that ran through.
 TRAIN_LOG_ITEM = 'train_log'
 _SMALL_FILE = 1 << 20  # files up to this size are hashed even by the quick check
-
-
 # orbax's routine warnings: a save without a validation accuracy (simply not a candidate for the
 # best), and a read-only manager (evaluation) not saving.
 _NOISE = ('did not provide metrics', 'read_only=True, setting', 'Given directory is read only')
 
 
-@contextlib.contextmanager
-def _silenced(logger: logging.Logger = logging.getLogger('absl')):
-  """No library log records while orbax tries a checkpoint that may be corrupt: the caller
-  reports the outcome in one line."""
-  level = logger.level
-  logger.setLevel(logging.CRITICAL)
-  try:
-    yield
-  finally:
-    logger.setLevel(level)
-
-
-def _from_failed_read(exc_traceback) -> bool:
-  files = [frame.filename for frame in traceback.extract_tb(exc_traceback)]
-  return any('/orbax/' in f for f in files) or any(
-      f.endswith('asyncio/base_events.py') for f in files[-2:])
-
-
 class _FailedReadEchoes:
-  """When orbax fails to read a checkpoint (reported in one line), its other pending reads still
-  finish on tensorstore's threads and print each failure, some before orbax has even raised:
-  callbacks into the closed event loop (through sys.excepthook or sys.unraisablehook) and, when
-  the tasks are collected, asyncio's "Task exception was never retrieved" log records. The hooks
-  are watched from the first restore; what they drop is only what comes from orbax's reads
-  while a restore runs, and for the rest of the run once one has failed."""
+  """When orbax fails to read a checkpoint, its other pending reads still finish on tensorstore's
+  threads and print each failure, some before orbax has raised: callbacks into the closed event
+  loop (sys.excepthook, sys.unraisablehook) and asyncio's "Task exception was never retrieved".
+  Hooked from the first restore, dropping only what comes from orbax's reads while a restore runs,
+  and for the rest of the run once one has failed. Within a restore no absl records either: the
+  caller reports the outcome in one line."""
   watching = active = failed = False
 
   @classmethod
-  def watch(cls) -> contextlib.AbstractContextManager:
+  @contextlib.contextmanager
+  def watch(cls):
     if not cls.watching:
       cls.watching = True
       unraisable, excepthook = sys.unraisablehook, sys.excepthook
@@ -79,12 +58,9 @@ class _FailedReadEchoes:
       sys.excepthook = lambda kind, value, tb: cls._echo(tb) or excepthook(kind, value, tb)
       logging.getLogger('asyncio').addFilter(
           lambda record: not (record.exc_info and cls._echo(record.exc_info[2])))
-    return cls._reading()
-
-  @classmethod
-  @contextlib.contextmanager
-  def _reading(cls):
-    cls.active = True
+    absl = logging.getLogger('absl')
+    level, cls.active = absl.level, True
+    absl.setLevel(logging.CRITICAL)
     try:
       yield
     except Exception:
@@ -92,17 +68,21 @@ class _FailedReadEchoes:
       raise
     finally:
       cls.active = False
+      absl.setLevel(level)
 
   @classmethod
   def _echo(cls, tb) -> bool:
-    return (cls.active or cls.failed) and _from_failed_read(tb)
+    if not (cls.active or cls.failed):
+      return False
+    files = [frame.filename for frame in traceback.extract_tb(tb)]
+    return any('/orbax/' in f for f in files) or any(
+        f.endswith('asyncio/base_events.py') for f in files[-2:])
 
 
 def _quiet_orbax_logs(record: logging.LogRecord) -> bool:
-  """Drops ``_NOISE``, and below ``--verbosity=1`` the tracebacks orbax's threads log when a save
-  fails (raised as ``CheckpointSaveError``, one paragraph)."""
-  message = str(record.msg)
-  if any(text in message for text in _NOISE):
+  """Drops ``_NOISE``, and below ``--verbosity=1`` the tracebacks of a failed save (raised as
+  ``CheckpointSaveError``, one paragraph)."""
+  if any(text in str(record.msg) for text in _NOISE):
     return False
   if (record.exc_info and '/orbax/' in (record.pathname or '')
       and absl_logging.get_verbosity() < absl_logging.INFO):
@@ -139,10 +119,9 @@ class CheckpointSaveError(CheckpointError):
 
 def write_manifest(step_dir: str) -> None:
   """Writes the size and SHA-256 of every file of a complete step directory (atomically)."""
-  rels = sorted(storage.files_under(step_dir))
-  files = {rel: {'size': storage.size(os.path.join(step_dir, rel)),
-                 'sha256': storage.sha256(os.path.join(step_dir, rel))}
-           for rel in rels if rel != MANIFEST_FILE and not rel.startswith(MANIFEST_FILE + '.tmp')}
+  paths = {rel: os.path.join(step_dir, rel) for rel in sorted(storage.files_under(step_dir))
+           if rel != MANIFEST_FILE and not rel.startswith(MANIFEST_FILE + '.tmp')}
+  files = {rel: {'size': storage.size(p), 'sha256': storage.sha256(p)} for rel, p in paths.items()}
   storage.write_json(os.path.join(step_dir, MANIFEST_FILE), {'version': 1, 'files': files})
 
 
@@ -168,6 +147,17 @@ def verify(step_dir: str, *, full: bool = True) -> str | None:
     if (full or size <= _SMALL_FILE) and storage.sha256(file_path) != expected['sha256']:
       return f'the file {rel} does not match its SHA-256 checksum (garbled)'
   return None
+
+
+def _listed(reasons: dict[int, str]) -> str:
+  return '; '.join(f'step {s}: {r}' for s, r in sorted(reasons.items()))
+
+
+def _none_intact(directory: str, reasons: dict[int, str]) -> NoIntactCheckpointError:
+  return NoIntactCheckpointError(
+      f'No intact checkpoint in {directory} ({_listed(reasons)}). Nothing was changed. Restore the '
+      f'checkpoints from a backup, or move {directory} away (or use a new --workdir) to train '
+      'from scratch.')
 
 
 def _shapes(tree: Any) -> dict[str, tuple[tuple[int, ...], str]]:
@@ -199,9 +189,8 @@ class Checkpointer:
     self.manager = self._open(options)
 
   def _open(self, options: ocp.CheckpointManagerOptions) -> ocp.CheckpointManager:
-    """orbax's manager, which reads every step's metrics: a step whose small files fail their
-    manifest is set aside first instead of surfacing as orbax's parse error (read-only, where
-    nothing may move: CheckpointError naming it)."""
+    """orbax's manager, which reads every step's metrics: a step failing the quick check is set
+    aside first, not left to orbax's parse error (read-only: CheckpointError naming it)."""
     try:
       return ocp.CheckpointManager(self.directory, options=options)
     except Exception:  # pylint: disable=broad-except
@@ -211,17 +200,12 @@ class Checkpointer:
       if not corrupt:
         raise
       if len(corrupt) == sum(n.isdigit() for n in names):  # as restore_first_intact: none moved
-        raise NoIntactCheckpointError(
-            f'No intact checkpoint in {self.directory} ('
-            + '; '.join(f'step {s}: {r}' for s, r in sorted(corrupt.items()))
-            + '). Nothing was changed. Restore the checkpoints from a backup, or move '
-            f'{self.directory} away (or use a new --workdir) to train from scratch.') from None
+        raise _none_intact(self.directory, corrupt) from None
       if self.read_only:
         raise CheckpointError(
-            f'The checkpoints in {self.directory} cannot be opened: '
-            + '; '.join(f'step {s}: {r}' for s, r in sorted(corrupt.items()))
-            + '. Restore them from a backup; train.py on this workdir sets them aside and resumes '
-            'from the newest intact one.') from None
+            f'The checkpoints in {self.directory} cannot be opened: {_listed(corrupt)}. Restore '
+            'them from a backup; train.py on this workdir sets them aside and resumes from the '
+            'newest intact one.') from None
       self.skipped.update(corrupt)
       self._set_aside(reload=False)
       return ocp.CheckpointManager(self.directory, options=options)
@@ -268,9 +252,8 @@ class Checkpointer:
 
   def save(self, step: int, state: Any, accuracy: float | None = None,
            train_log: dict[str, Any] | None = None) -> None:
-    """Saves asynchronously; ``accuracy`` (mean validation accuracy) ranks the best checkpoint;
-    ``train_log`` (JSON) is saved beside the state. CheckpointSaveError if this save or the
-    previous (asynchronous) one failed to write."""
+    """Saves asynchronously; ``accuracy`` ranks the best checkpoint; ``train_log`` (JSON) is saved
+    beside the state. CheckpointSaveError if this save or the previous one failed to write."""
     metrics = None if accuracy is None else {'accuracy': float(accuracy)}
     items = {STATE_ITEM: ocp.args.StandardSave(state)}
     if train_log is not None:
@@ -306,15 +289,22 @@ class Checkpointer:
         if self._save_error is None:
           raise
 
-  def check_compatible(self, step: int, abstract_state: Any) -> None:
-    """Raises CheckpointMismatchError naming the arrays whose shapes differ from the config's."""
+  def _saved_tree(self, step: int) -> Any:
     try:
       metadata = ocp.StandardCheckpointHandler().metadata(
           epath.Path(self.step_dir(step)) / STATE_ITEM)
     except Exception as e:  # pylint: disable=broad-except
       raise CorruptCheckpointError(step, f'its metadata is unreadable ({type(e).__name__}: '
                                    f'{" ".join(str(e).split())[:200]})', self.directory) from e
-    saved, wanted = _shapes(getattr(metadata, 'tree', metadata)), _shapes(abstract_state)
+    return getattr(metadata, 'tree', metadata)
+
+  def _check_intact(self, step: int) -> None:
+    if reason := verify(self.step_dir(step), full=True):
+      raise CorruptCheckpointError(step, reason, self.directory)
+
+  def check_compatible(self, step: int, abstract_state: Any) -> None:
+    """Raises CheckpointMismatchError naming the arrays whose shapes differ from the config's."""
+    saved, wanted = _shapes(self._saved_tree(step)), _shapes(abstract_state)
     if not saved:
       raise CorruptCheckpointError(step, 'its metadata lists no arrays', self.directory)
     differing = sorted((k for k in set(saved) | set(wanted) if saved.get(k) != wanted.get(k)),
@@ -334,8 +324,7 @@ class Checkpointer:
     if step not in self.all_steps():
       raise CheckpointError(f'There is no checkpoint of step {step} in {self.directory}; '
                             f'available: {self.all_steps() or "none"}.')
-    if reason := verify(self.step_dir(step), full=True):
-      raise CorruptCheckpointError(step, reason, self.directory)
+    self._check_intact(step)
     self.check_compatible(step, abstract_state)
     restored = self._read(step, abstract_state)
     self.restored_train_log = restored[TRAIN_LOG_ITEM] if TRAIN_LOG_ITEM in restored else None
@@ -353,32 +342,29 @@ class Checkpointer:
   def restore_raw(self, step: int) -> Any:
     """The saved state as NumPy arrays on this host, whatever model wrote it (another run's
     weights, for ``train.init_from``); CorruptCheckpointError as ``restore``."""
-    if reason := verify(self.step_dir(step), full=True):
-      raise CorruptCheckpointError(step, reason, self.directory)
-    metadata = ocp.StandardCheckpointHandler().metadata(epath.Path(self.step_dir(step)) / STATE_ITEM)
+    self._check_intact(step)
     device = jax.sharding.SingleDeviceSharding(jax.devices('cpu')[0])  # host memory
     target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
-                          getattr(metadata, 'tree', metadata),
+                          self._saved_tree(step),
                           is_leaf=lambda m: hasattr(m, 'shape') and hasattr(m, 'dtype'))
     return jax.tree.map(np.asarray, self._read(step, target)[STATE_ITEM])
 
   def _read(self, step: int, target: Any) -> Any:
-    """orbax's restore of ``step`` onto ``target``, with its ``train_log`` where it has one (one
-    read: a step whose window is unreadable is as corrupt as one whose arrays are); a failed
-    read is CorruptCheckpointError."""
+    """orbax's restore of ``step`` onto ``target``, with its ``train_log`` in the same read (an
+    unreadable window is as corrupt as unreadable arrays); CorruptCheckpointError if it fails."""
     items = {STATE_ITEM: ocp.args.StandardRestore(target)}
     if storage.is_dir(os.path.join(self.step_dir(step), TRAIN_LOG_ITEM)):
       items[TRAIN_LOG_ITEM] = ocp.args.JsonRestore()
     try:
-      with _FailedReadEchoes.watch(), _silenced():
+      with _FailedReadEchoes.watch():
         return self.manager.restore(step, args=ocp.args.Composite(**items))
     except Exception as e:  # pylint: disable=broad-except
       raise CorruptCheckpointError(step, f'orbax cannot read it ({type(e).__name__}: '
                                    f'{" ".join(str(e).split())[:300]})', self.directory) from e
 
   def restore_first_intact(self, steps: list[int], abstract_state: Any) -> tuple[int, Any]:
-    """(step, state) of the first of ``steps`` that restores; corrupt ones are reported and
-    recorded in ``skipped``. NoIntactCheckpointError if none does."""
+    """(step, state) of the first of ``steps`` that restores, corrupt ones recorded in
+    ``skipped``; NoIntactCheckpointError if none does."""
     for step in steps:
       try:
         return step, self.restore(step, abstract_state)
@@ -386,16 +372,11 @@ class Checkpointer:
         self.skipped[step] = e.reason
         console(f'Checkpoint {step} is corrupt ({e.reason}); trying the previous one.',
                 warning=True)
-    details = '; '.join(f'step {s}: {r}' for s, r in sorted(self.skipped.items()))
-    raise NoIntactCheckpointError(
-        f'No intact checkpoint in {self.directory} ({details}). Nothing was changed. Restore '
-        f'the checkpoints from a backup, or move {self.directory} away (or use a new '
-        '--workdir) to train from scratch.')
+    raise _none_intact(self.directory, self.skipped)
 
   def restore_latest(self, abstract_state: Any) -> tuple[int, Any]:
-    """(step, state) of the newest intact checkpoint, or (0, None) when there is none at all.
-    Corrupt ones (newer, or older failing the quick check) are moved to ``checkpoints_corrupt/``
-    so their steps can be saved again; with none intact nothing is moved."""
+    """(step, state) of the newest intact checkpoint, or (0, None) when there is none. Corrupt ones
+    are moved away so their steps can be saved again; with none intact nothing is moved."""
     steps = self.all_steps()
     if not steps:
       return 0, None
@@ -409,8 +390,7 @@ class Checkpointer:
     return found, state
 
   def _set_aside(self, reload: bool = True) -> None:
-    """Moves the corrupt step directories to workdir/checkpoints_corrupt/ (never deletes);
-    ``reload`` tells orbax's manager (not while it is being opened)."""
+    """Moves the corrupt steps to ``CORRUPT_DIR``; ``reload`` tells orbax (not while opening)."""
     if self.read_only:
       return
     if jax.process_count() > 1:  # every process has looked before any step moves

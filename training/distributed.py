@@ -1,11 +1,8 @@
 """Multi-host start-up: ``jax.distributed.initialize`` from flags or the environment.
 
 Entry points call ``define_flags()`` at import and ``initialize_from_flags()`` first in ``main``
-(before any JAX computation). With ``--distributed=auto`` the runtime starts when
-``--coordinator_address`` (or ``JAX_COORDINATOR_ADDRESS``) is given, with ``--num_processes``
-and ``--process_id``, or when a launcher JAX configures itself from is detected (Cloud TPU, GKE,
-SLURM, Open MPI: the same command on every worker). ``--heartbeat_timeout_s`` bounds how long the
-surviving processes wait for a lost one before failing with an error instead of hanging.
+(before any JAX computation). ``--heartbeat_timeout_s`` bounds how long the surviving processes
+wait for a lost one before failing with an error instead of hanging.
 """
 
 from __future__ import annotations
@@ -48,25 +45,17 @@ def _cluster_detected() -> bool:
   return os.path.exists('/dev/accel0') or os.path.isdir('/dev/vfio')
 
 
-def initialize(mode: str = 'auto', *, coordinator_address: str | None = None,
-               num_processes: int | None = None, process_id: int | None = None,
-               initialization_timeout_s: int = 300, heartbeat_timeout_s: int = 100) -> bool:
+def initialize_from_flags() -> bool:
   """Starts the JAX distributed runtime if asked or detected; returns whether it did."""
-  address = coordinator_address or os.environ.get('JAX_COORDINATOR_ADDRESS')
-  if mode == 'off' or (mode == 'auto' and not address and not _cluster_detected()):
+  address = FLAGS.coordinator_address or os.environ.get('JAX_COORDINATOR_ADDRESS')
+  if FLAGS.distributed == 'off' or (
+      FLAGS.distributed == 'auto' and not address and not _cluster_detected()):
     return False
-  if address and (num_processes is None) != (process_id is None):
+  if address and (FLAGS.num_processes is None) != (FLAGS.process_id is None):
     raise ValueError('Give both --num_processes and --process_id with --coordinator_address '
                      '(or neither, on a cluster JAX detects).')
-  jax.distributed.initialize(coordinator_address=address, num_processes=num_processes,
-                             process_id=process_id,
-                             initialization_timeout=initialization_timeout_s,
-                             heartbeat_timeout_seconds=heartbeat_timeout_s)
+  jax.distributed.initialize(coordinator_address=address, num_processes=FLAGS.num_processes,
+                             process_id=FLAGS.process_id,
+                             initialization_timeout=FLAGS.initialization_timeout_s,
+                             heartbeat_timeout_seconds=FLAGS.heartbeat_timeout_s)
   return True
-
-
-def initialize_from_flags() -> bool:
-  return initialize(FLAGS.distributed, coordinator_address=FLAGS.coordinator_address,
-                    num_processes=FLAGS.num_processes, process_id=FLAGS.process_id,
-                    initialization_timeout_s=FLAGS.initialization_timeout_s,
-                    heartbeat_timeout_s=FLAGS.heartbeat_timeout_s)

@@ -1,20 +1,13 @@
 """``train.init_from``: a new run starts from pre-trained weights (fine-tuning).
 
-The source is a ``train.py`` workdir, a Hugging Face RoFormer checkpoint directory
-(``save_pretrained``: config.json and weights) or a ``scripts/convert_hf.py`` output. A
-checkpoint's model fields must be this run's (``--config.model.*`` as convert_hf.py prints them;
-a difference is an error naming the field), and its vocabulary this run's tokenizer's: with
-``data.tokenizer=huggingface`` and no ``data.tokenizer_path``, the checkpoint's own tokenizer is
-used. From a workdir: its final checkpoint is read, and of a learning-rate sweep
-only the members of the rate it chose on that state (``summary.json``). Each member
-of the new run takes the source member of its seed (or, when the seeds differ, the source's
-members in turn). Every parameter but the classification head is copied, the head too with
-``train.init_head`` (same task, e.g. position interpolation's short fine-tune at a longer
-length); the optimizer starts fresh. Fields that define the parameters (position scheme, sizes,
-tokenizer, and with SentencePiece the dataset, whose vocabulary the source's ``spm.model`` is,
-copied into the new workdir) must match the source's: a difference is an error naming the field. Fields that do
-not (``rope.*``, lengths, dropout, the optimizer) may change: that is the point of fine-tuning.
-A run that resumes from its own checkpoint never reads ``init_from`` again.
+The source is a ``train.py`` workdir (its final checkpoint; of a learning-rate sweep, the
+members of the rate it chose), a Hugging Face RoFormer checkpoint directory or a
+``scripts/convert_hf.py`` output. Fields that define the parameters (position scheme, sizes,
+tokenizer, with SentencePiece the dataset) must match the source's: a difference is an error
+naming the field. Others (``rope.*``, lengths, dropout, the optimizer) may change: that is the
+point of fine-tuning. Every parameter but the head is copied (the head too with
+``train.init_head``); the optimizer starts fresh. A run that resumes from its own checkpoint
+never reads ``init_from`` again.
 """
 
 from __future__ import annotations

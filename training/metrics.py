@@ -1,9 +1,7 @@
-"""Metrics of a run, written by process 0 only, through clu's metric writers: ``metrics.jsonl``
-(one record per step and seed, deterministic numbers only, so a killed and resumed run writes
-exactly the file an uninterrupted one does), TensorBoard scalars and the run's hyper-parameters
-(the HParams plugin) under ``workdir/tb/seed_<seed>`` with clu ``ReportProgress``'s steps/s,
-optionally Weights & Biases (``train.wandb_project``), and progress lines on stdout (mean over
-members, ETA). ``Profiler`` traces a window of steps (``train.profile_steps``).
+"""Metrics of a run, written by process 0 only: ``metrics.jsonl`` (one record per step and
+member, deterministic numbers only, so a killed and resumed run writes exactly the file an
+uninterrupted one does), TensorBoard scalars and hyper-parameters under ``workdir/tb/<member>``,
+optionally Weights & Biases, and progress lines on stdout (mean over members, ETA).
 """
 
 from __future__ import annotations
@@ -28,8 +26,7 @@ RATE = 'steps_per_sec'  # what clu's ReportProgress writes
 
 
 def console(message: str, *, warning: bool = False) -> None:
-  """A timestamped line from process 0: progress on stdout, a ``warning`` on stderr (visible
-  even when library logging is silenced)."""
+  """A timestamped line from process 0: progress on stdout, a ``warning`` on stderr."""
   if jax.process_index() == 0:
     print(f'{time.strftime("%H:%M:%S")} {message}', file=sys.stderr if warning else sys.stdout,
           flush=True)
@@ -39,25 +36,19 @@ def correlations(prediction_NxB: np.ndarray, target_NxB: np.ndarray,
                  weight_NxB: np.ndarray) -> dict[str, np.ndarray]:
   """Per-member Pearson's and Spearman's correlation of predictions with targets over the
   examples of weight > 0 (NaN where either is constant: no correlation is defined)."""
-  pearson, spearman = [], []
+  out = {'pearson': [], 'spearman': []}
   for prediction, target, weight in zip(prediction_NxB, target_NxB, weight_NxB):
     x, y = prediction[weight > 0], target[weight > 0]
-    if len(x) < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
-      pearson.append(np.nan)
-      spearman.append(np.nan)
-      continue
-    pearson.append(scipy.stats.pearsonr(x, y).statistic)
-    spearman.append(scipy.stats.spearmanr(x, y).statistic)
-  return {'pearson': np.asarray(pearson), 'spearman': np.asarray(spearman)}
+    constant = len(x) < 2 or np.ptp(x) == 0 or np.ptp(y) == 0
+    for name, fn in (('pearson', scipy.stats.pearsonr), ('spearman', scipy.stats.spearmanr)):
+      out[name].append(np.nan if constant else fn(x, y).statistic)
+  return {k: np.asarray(v) for k, v in out.items()}
 
 
 def read_metrics(workdir: str) -> list[dict[str, Any]]:
-  """All records of a workdir's metrics.jsonl (empty if none).
-
-  A last line cut short (a run killed while appending) is ignored: its step is after the
-  checkpoint the run resumes from, so it is written again. A garbled line elsewhere raises
-  ValueError naming it.
-  """
+  """All records of a workdir's metrics.jsonl (empty if none). A last line cut short (killed
+  while appending) is ignored: its step is after the checkpoint the run resumes from, so it is
+  written again. A garbled line elsewhere raises ValueError naming it."""
   path = os.path.join(workdir, METRICS_FILE)
   if not storage.exists(path):
     return []
@@ -80,8 +71,8 @@ def read_metrics(workdir: str) -> list[dict[str, Any]]:
 
 
 class ConsoleWriter(metric_writers.LoggingWriter):
-  """Prints each write as one progress line (the mean over members), with the ETA from the latest
-  steps/s; remembers the steps/s values it saw."""
+  """Prints each write as one progress line (the mean over members) with the ETA; remembers the
+  steps/s it saw."""
 
   def __init__(self, num_steps: int):
     super().__init__()
@@ -103,8 +94,7 @@ class ConsoleWriter(metric_writers.LoggingWriter):
 
 class RunWriter:
   """Per-member scalars to metrics.jsonl and TensorBoard, their means to the console; steps/s
-  from clu's ``ReportProgress``. A member is named by the fields of its records (its seed, and
-  its peak learning rate in a sweep). A no-op on processes other than 0 (but the console)."""
+  from clu's ``ReportProgress``. A no-op on processes other than 0 (but the console)."""
 
   def __init__(self, workdir: str, members: Sequence[Mapping[str, Any]], *, num_steps: int,
                resume_step: int, log_every: int, hparams: Mapping[str, Any] | None = None,
@@ -135,24 +125,23 @@ class RunWriter:
     self.console.write_scalars(step, per_member)
     if not self.active:
       return
-    records = [dict({k: float(np.asarray(v)[i]) for k, v in per_member.items()}, **member,
-                    step=int(step)) for i, member in enumerate(self.members)]
-    lines = [_line(r) for r in records]
+    scalars = [{k: float(np.asarray(v)[i]) for k, v in per_member.items()}
+               for i in range(len(self.members))]
+    lines = [_line(dict(s, **m, step=int(step))) for s, m in zip(scalars, self.members)]
     self.lines.extend(lines)
     if storage.is_remote(self.path):  # object storage cannot append: the whole (small) file
       storage.write_atomically(self.path, ''.join(self.lines))
     else:
       with open(self.path, 'a') as f:
         f.writelines(lines)
-    for writer, record in zip(self.tb, records):
-      writer.write_scalars(step, {k: v for k, v in record.items()
-                                  if k != 'step' and k not in self.members[0]})
+    for writer, values in zip(self.tb, scalars):
+      writer.write_scalars(step, values)
       writer.flush()
     self.tb_dir.sync()
     if self.wandb is not None:
       self.wandb.log({**{k: float(np.mean(v)) for k, v in per_member.items()},
-                      **{f'{_name(m)}/{k}': v for m, r in zip(self.members, records)
-                         for k, v in r.items() if k != 'step' and k not in m}}, step=int(step))
+                      **{f'{_name(m)}/{k}': v for m, values in zip(self.members, scalars)
+                         for k, v in values.items()}}, step=int(step))
 
   def step_time(self) -> float | None:
     """Median seconds per step over the reported windows (the first, with compilation, aside)."""
@@ -175,8 +164,8 @@ def _name(member: Mapping[str, Any]) -> str:
 
 
 def _wandb_run(workdir: str, project: str, hparams: Mapping[str, Any], resume_step: int):
-  """A Weights & Biases run (``train.wandb_project``; None if ''), its files in
-  ``workdir/wandb`` (``WANDB_MODE=offline``: kept there for ``wandb sync``), and its folder."""
+  """A Weights & Biases run (None if no project) and its folder, ``workdir/wandb`` (with
+  ``WANDB_MODE=offline`` kept there for ``wandb sync``)."""
   if not project:
     return None, None
   import wandb  # pylint: disable=g-import-not-at-top  (optional: only with wandb_project)
@@ -189,9 +178,8 @@ def _wandb_run(workdir: str, project: str, hparams: Mapping[str, Any], resume_st
 
 
 class Profiler:
-  """A ``jax.profiler`` trace of the steps ``train.profile_steps`` ('first:last', both
-  included; '' = off) into ``workdir/profile`` (TensorBoard's profile plugin or Perfetto), by
-  every process (one file per host)."""
+  """A ``jax.profiler`` trace of the steps ``train.profile_steps`` ('first:last', both included;
+  '' = off) into ``workdir/profile`` (one file per host)."""
 
   def __init__(self, spec: str, workdir: str):
     self.first, self.last = parse_step_window(spec) if spec else (0, -1)

@@ -1,9 +1,8 @@
 """The optimizer: AdamW with warmup and decay, global-norm clipping, gradient accumulation.
 
-The peak learning rate is a hyper-parameter injected into the optimizer state
-(``optax.inject_hyperparams``), so the members of one vmapped run (``optim.learning_rates`` x
-seeds) each train at their own rate, and a checkpoint carries it. The position scheme's own
-parameters can learn at a multiple of it (``optim.position_lr_multiplier``).
+The peak learning rate is injected into the optimizer state (``optax.inject_hyperparams``), so
+the members of one vmapped run (``optim.learning_rates`` x seeds) each train at their own rate,
+and a checkpoint carries it.
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ import math
 import jax
 import jax.numpy as jnp
 import optax
-
 
 SCHEDULES = ('cosine', 'linear', 'constant', 'rsqrt')
 
@@ -62,9 +60,8 @@ def position_mask(params):
 
 def learning_rate_multipliers(optim, params):
   """Each parameter's learning-rate multiplier: 1 for the head (and a final LayerNorm); with
-  ``optim.layer_decay`` d, layer i of L learns at d^(L - i) and everything below the layers
-  (embeddings, the position scheme's tables) at d^(L + 1); ``optim.freeze_encoder``: 0 for all
-  but the head."""
+  ``optim.layer_decay`` d, layer i of L at d^(L - i), below the layers at d^(L + 1);
+  ``optim.freeze_encoder``: 0 for all but the head."""
   num_layers = len(params.get('layers', {}))
 
   def multiplier(path, _):
@@ -79,17 +76,9 @@ def learning_rate_multipliers(optim, params):
   return jax.tree_util.tree_map_with_path(multiplier, params)
 
 
-def _scale_per_parameter(optim) -> optax.GradientTransformation:
-  def scale(updates, params):
-    return jax.tree.map(lambda u, m: u * m, updates, learning_rate_multipliers(optim, params))
-  return optax.stateless(scale)
-
-
-def make_optimizer(optim,
-                   num_updates: int) -> tuple[optax.GradientTransformation, optax.Schedule]:
-  """AdamW (+ clipping, + ``optax.MultiSteps`` accumulation) with the peak learning rate injected
-  (``learning_rate`` in the state, ``optim.learning_rate`` until set), and the schedule's shape
-  over ``num_updates`` optimizer updates (train steps / grad_accum_steps)."""
+def make_optimizer(optim, num_updates: int) -> tuple[optax.GradientTransformation, optax.Schedule]:
+  """AdamW (+ clipping, + ``optax.MultiSteps`` accumulation) with the peak learning rate injected,
+  and the schedule's shape over ``num_updates`` (train steps / grad_accum_steps)."""
   shape = schedule_shape(optim, num_updates)
 
   def adamw(learning_rate):
@@ -100,7 +89,8 @@ def make_optimizer(optim,
   if optim.position_lr_multiplier != 1.0:
     tx = optax.chain(tx, optax.masked(optax.scale(optim.position_lr_multiplier), position_mask))
   if optim.layer_decay != 1.0 or optim.freeze_encoder:
-    tx = optax.chain(tx, _scale_per_parameter(optim))
+    tx = optax.chain(tx, optax.stateless(lambda updates, params: jax.tree.map(
+        lambda u, m: u * m, updates, learning_rate_multipliers(optim, params))))
   if optim.grad_clip_norm > 0:
     tx = optax.chain(optax.clip_by_global_norm(optim.grad_clip_norm), tx)
   if optim.grad_accum_steps > 1:

@@ -1,11 +1,5 @@
-"""Where a command may write: never over one of its inputs, nor over a run's own files.
-
-``check(paths, flag, inputs=..., workdir=..., folder=...)`` runs before any work is done: each
-output path must not be an input file (the same file by name, through a symbolic link, or a hard
-link), nor one of the files a run keeps in its workdir (``RUN_FILES`` and everything under
-``RUN_FOLDERS``) other than ``own`` (what the command itself writes there, such as eval.json), nor
-a file of an input ``folder`` (a checkpoint being converted), nor an existing folder.
-"""
+"""Where a command may write: never over one of its inputs (by name, symbolic or hard link), nor
+over a run's own files (``RUN_FILES``, ``RUN_FOLDERS``), checked before any work is done."""
 
 from __future__ import annotations
 
@@ -68,7 +62,8 @@ def _protected(inputs: Iterable[str], workdir: str | None, folder: str | None,
 def check(paths: Iterable[str], flag: str, *, inputs: Iterable[str] = (),
           workdir: str | None = None, folder: str | None = None, own: Iterable[str] = ()) -> None:
   """ValueError naming ``flag`` if writing any of ``paths`` would replace an input, a run's file
-  or a file of ``folder``, or if one is an existing folder; nothing is written either way."""
+  other than ``own`` (what the command writes there, e.g. eval.json) or a file of ``folder`` (a
+  checkpoint being converted), or if one is an existing folder."""
   protected = _protected(inputs, workdir, folder, own)
   for path in paths:
     if storage.is_dir(path):

@@ -3,11 +3,8 @@
 Model code names logical axes (``models/sharding.py``); only this file knows the mesh axes:
 ``data`` splits the batch (parameters replicated); ``fsdp`` splits the batch *and* shards
 parameters and optimizer state over their ``embed`` dimension (gathered per layer by XLA);
-``tensor`` splits attention heads, MLP hidden units and the vocabulary. ``mesh.rules`` overrides
-entries of ``LOGICAL_RULES``, e.g. ``--config.mesh.rules='vocab=,embed=fsdp+tensor'`` (an empty
-right-hand side replicates); a parameter dimension its mesh axes do not divide is replicated.
-On multi-slice TPU, ``mesh.dcn_<axis>`` sizes split an axis across slices (data-centre network)
-and ``mesh.<axis>`` sizes within a slice (ICI); an axis's total size is their product.
+``tensor`` splits attention heads, MLP hidden units and the vocabulary. On multi-slice TPU,
+``mesh.dcn_<axis>`` sizes split an axis across slices and ``mesh.<axis>`` sizes within a slice.
 """
 
 from __future__ import annotations
@@ -39,7 +36,8 @@ assert {name for name, _ in LOGICAL_RULES} == set(model_sharding.LOGICAL_AXES)
 
 
 def logical_rules(mesh_config: MeshConfig) -> tuple[tuple[str, Any], ...]:
-  """``LOGICAL_RULES`` with the overrides of ``mesh.rules`` ('name=axis[+axis],...')."""
+  """``LOGICAL_RULES`` with the overrides of ``mesh.rules``, e.g. 'vocab=,embed=fsdp+tensor' (an
+  empty right-hand side replicates)."""
   rules, given = dict(LOGICAL_RULES), set()
   for item in mesh_config.rules:
     name, sep, axes = item.partition('=')
@@ -66,14 +64,15 @@ def mesh_shape(mesh_config: MeshConfig, num_devices: int) -> tuple[int, ...]:
   """The within-slice (data, fsdp, tensor) sizes over ``num_devices`` (per slice); one may be -1
   to fill the devices."""
   sizes = _sizes(mesh_config, '')
+  given = dict(zip(MESH_AXES, sizes))
   if sizes.count(-1) > 1 or any(s == 0 or s < -1 for s in sizes):
-    raise ValueError(f'mesh sizes {dict(zip(MESH_AXES, sizes))} are invalid: use positive '
-                     'sizes, with at most one -1 (fill the remaining devices).')
+    raise ValueError(f'mesh sizes {given} are invalid: use positive sizes, with at most one -1 '
+                     '(fill the remaining devices).')
   known = math.prod(s for s in sizes if s != -1)
   if -1 in sizes:
     if num_devices % known:
-      raise ValueError(f'mesh {dict(zip(MESH_AXES, sizes))} does not divide the {num_devices} '
-                       'devices; choose sizes whose product divides the device count.')
+      raise ValueError(f'mesh {given} does not divide the {num_devices} devices; choose sizes '
+                       'whose product divides the device count.')
     sizes[sizes.index(-1)] = num_devices // known
   if math.prod(sizes) != num_devices:
     raise ValueError(f'mesh {dict(zip(MESH_AXES, sizes))} needs {math.prod(sizes)} devices but '
@@ -82,8 +81,7 @@ def mesh_shape(mesh_config: MeshConfig, num_devices: int) -> tuple[int, ...]:
   return tuple(sizes)
 
 
-def make_mesh(mesh_config: MeshConfig,
-              devices: Sequence[jax.Device] | None = None) -> Mesh:
+def make_mesh(mesh_config: MeshConfig, devices: Sequence[jax.Device] | None = None) -> Mesh:
   """The (data, fsdp, tensor) mesh over ``devices`` (default: all), topology-aware on TPU."""
   devices = list(jax.devices() if devices is None else devices)
   dcn = _sizes(mesh_config, 'dcn_')
@@ -107,14 +105,13 @@ def make_mesh(mesh_config: MeshConfig,
   return Mesh(array, MESH_AXES)
 
 
-def fit_to_devices(mesh_config: MeshConfig,
-                   num_devices: int | None = None) -> MeshConfig:
+def fit_to_devices(mesh_config: MeshConfig, num_devices: int | None = None) -> MeshConfig:
   """``mesh_config`` if it fits the devices, else pure data parallelism over all of them: for
   evaluating a checkpoint on other hardware (orbax restores onto any mesh)."""
   num_devices = jax.device_count() if num_devices is None else num_devices
+  slices = math.prod(_sizes(mesh_config, 'dcn_'))
   with contextlib.suppress(ValueError):  # mesh_shape raises if the mesh does not fit
-    mesh_shape(mesh_config, num_devices // math.prod(_sizes(mesh_config, 'dcn_')))
-    if num_devices % math.prod(_sizes(mesh_config, 'dcn_')) == 0:
+    if num_devices % slices == 0 and mesh_shape(mesh_config, num_devices // slices):
       return mesh_config
   fitted = dataclasses.replace(mesh_config, data=-1, fsdp=1, tensor=1, dcn_data=1, dcn_fsdp=1,
                                dcn_tensor=1)
@@ -141,10 +138,8 @@ def process_rows(mesh: Mesh, global_batch_size: int) -> tuple[int, int]:
   from the devices it holds, so processes whose devices hold the same rows (e.g. a tensor axis
   spanning hosts) load the same examples, as ``jax.make_array_from_process_local_data`` expects."""
   index_map = batch_sharding(mesh).addressable_devices_indices_map((global_batch_size,))
-  starts = sorted({idx[0].start or 0 for idx in index_map.values()})
-  stops = sorted({global_batch_size if idx[0].stop is None else idx[0].stop
-                  for idx in index_map.values()})
-  start, stop = starts[0], stops[-1]
+  bounds = [idx[0].indices(global_batch_size)[:2] for idx in index_map.values()]
+  start, stop = min(b[0] for b in bounds), max(b[1] for b in bounds)
   rows = stop - start
   if global_batch_size % rows or start % rows:
     raise ValueError(f'The batch rows [{start}, {stop}) of process {jax.process_index()} are not '

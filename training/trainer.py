@@ -37,23 +37,19 @@ class NonFiniteLossError(RuntimeError):
 
 
 def setup_runtime(config: RunConfig, *, quiet: bool = True) -> None:
-  """For the entry points: the persistent compilation cache and, with ``quiet``, no library
-  INFO logs or progress bars (TFDS, orbax)."""
+  """The persistent compilation cache and, with ``quiet``, no library INFO logs or progress bars."""
   if quiet:
     logging.set_verbosity(logging.WARNING)
     tfds.disable_progress_bar()
   if jax.process_index() > 0:  # one log per run (process 0's); errors still reach every log
     logging.set_verbosity(logging.ERROR)
-  cache = config.train.compilation_cache_dir
-  if cache:
-    path = os.path.expanduser(cache)
-    jax.config.update('jax_compilation_cache_dir', path)
+  if cache := config.train.compilation_cache_dir:
+    jax.config.update('jax_compilation_cache_dir', os.path.expanduser(cache))
     jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.5)
 
 
 @dataclasses.dataclass
 class _Run:
-
   config: RunConfig
   workdir: str
   exp: Experiment
@@ -68,9 +64,8 @@ class _Run:
 
 def train_and_evaluate(config: RunConfig | ml_collections.ConfigDict,
                        workdir: str) -> dict[str, Any]:
-  """Trains, evaluates periodically, checkpoints, resumes; returns the run summary (also
-  ``summary.json``: per-seed accuracy on every evaluation split). The workdir is locked for the
-  run's duration: a second run on it refuses to start."""
+  """Trains, evaluates, checkpoints, resumes; returns the run summary (also ``summary.json``). The
+  workdir is locked for the run's duration: a second run on it refuses to start."""
   config = run_config(config)
   mesh = validation.validate(config, workdir)
   start_from_source = init_from.needed(config, workdir)
@@ -103,8 +98,7 @@ def _is_new(workdir: str) -> bool:
 
 
 def _empty(workdir: str) -> None:
-  """Removes what a refused start wrote into its new workdir, but the lock it still holds (a
-  workdir holding only that counts as new)."""
+  """Removes what a refused start wrote into its new workdir, but the lock it still holds."""
   if jax.process_index() == 0:
     for entry in storage.path(workdir).iterdir():
       if not entry.name.startswith(workdir_lib.LOCK_FILE):
@@ -113,8 +107,7 @@ def _empty(workdir: str) -> None:
 
 def _setup(config: RunConfig, workdir: str, mesh: jax.sharding.Mesh,
            stack: contextlib.ExitStack, held: workdir_lib.Held) -> tuple[_Run, Any]:
-  """Builds the run and restores its newest intact checkpoint (or initialises); ``stack`` closes
-  the checkpointer (waiting for its saves) and the writers on any exit."""
+  """The run and its newest intact checkpoint (or initial state); ``stack`` closes what it opens."""
   exp = Experiment(config, workdir, mesh)
   for _, length in final_splits(exp):  # a final evaluation that cannot fit is refused now
     exp.eval_batch_size(length)
@@ -158,9 +151,8 @@ def hparams(config: RunConfig) -> dict[str, Any]:
 
 
 class _TrainLog:
-  """Host-side handling of each step's metrics: the NaN/Inf check, and the window averaged into
-  the train scalars written every ``train.log_every`` steps. The window is saved with each
-  checkpoint (``saved``) and restored with it, so a resume at any step writes the same records."""
+  """Each step's metrics on the host: the NaN/Inf check, and the window averaged every
+  ``train.log_every`` steps, saved with each checkpoint so a resume writes the same records."""
 
   def __init__(self, run: _Run):
     self.run = run
@@ -199,9 +191,9 @@ class _TrainLog:
 
 
 def _train(run: _Run, state: Any, watcher: preemption.Watcher) -> tuple[Any, dict | None]:
-  """The loop. Each step's metrics are fetched one step late, so the host never waits on the
-  step just launched; they are fetched at once where an evaluation, a save or the end needs
-  them. Returns the final state and the last validation result (None if no step ran)."""
+  """The loop; returns the final state and the last validation result (None if no step ran).
+  Metrics are fetched one step late, so the host never waits on the step just launched, and at
+  once where an evaluation or a save needs them."""
   exp, t = run.exp, run.config.train
   log, batches = _TrainLog(run), exp.train_batches(run.start)
   pending, last_eval = None, None
@@ -214,14 +206,14 @@ def _train(run: _Run, state: Any, watcher: preemption.Watcher) -> tuple[Any, dic
       log.add(*jax.device_get(pending))
     pending = (step, step_metrics)
     run.writer.progress(step)
-    if watcher.reached(step):
-      log.add(*jax.device_get(pending))
-      _preempt(run, step, state, log)
+    preempted = watcher.reached(step)
     evaluated = step % t.eval_every == 0 or step == t.num_steps
     saved = step % t.checkpoint_every == 0 or step == t.num_steps
-    if evaluated or saved:
+    if preempted or evaluated or saved:
       log.add(*jax.device_get(pending))
       pending = None
+    if preempted:
+      _preempt(run, step, state, log)
     if evaluated:
       began = time.perf_counter()
       last_eval = exp.evaluate(state.params, exp.eval_batches('validation'))
@@ -233,9 +225,7 @@ def _train(run: _Run, state: Any, watcher: preemption.Watcher) -> tuple[Any, dic
       score = float(np.mean(last_eval['score'])) if evaluated else np.nan
       finite = np.isfinite(score) and np.all(np.isfinite(last_eval['loss']))
       run.ckpt.save(step, state, score if finite else None, log.saved())
-  if pending is not None:
-    log.add(*jax.device_get(pending))
-  run.ckpt.wait()
+  run.ckpt.wait()  # the last step is always saved, so no metrics are pending
   return state, last_eval
 
 
@@ -247,15 +237,13 @@ def _preempt(run: _Run, step: int, state: Any, log: _TrainLog) -> None:
 
 
 def final_splits(exp: Experiment) -> list[tuple[str, int]]:
-  """The (split, length) pairs evaluated at the end: every split but validation, up to
-  ``train.eval_max_length``."""
+  """The (split, length) pairs evaluated at the end: all but validation, to eval_max_length."""
   limit = exp.config.train.eval_max_length or max(exp.info.eval_splits.values())
   return [(k, v) for k, v in exp.info.eval_splits.items() if k != 'validation' and v <= limit]
 
 
 def _summarize(run: _Run, state: Any, last_eval: dict | None) -> dict[str, Any]:
-  """Chooses the learning rate on validation, evaluates its members on every other split (the
-  extrapolation lengths included) and writes summary.json."""
+  """Chooses the learning rate on validation, evaluates its members, writes summary.json."""
   exp = run.exp
   if last_eval is None:  # resumed at the end: evaluate what was restored
     last_eval = exp.evaluate(state.params, exp.eval_batches('validation'))
@@ -264,9 +252,7 @@ def _summarize(run: _Run, state: Any, last_eval: dict | None) -> dict[str, Any]:
   results = exp.evaluate_lengths(params, final_splits(exp))  # the chosen members, in order
   run.seconds['test_eval'] = time.perf_counter() - began
   summary = {
-      'position': exp.model_config.position,
-      'attention': exp.model_config.attention,
-      'task': exp.model_config.task,
+      **{k: getattr(exp.model_config, k) for k in ('position', 'attention', 'task')},
       **({'packing_efficiency': exp.dataset.packing_efficiency()}
          if exp.model_config.language_model else {}),
       'dataset': run.config.data.name,
@@ -277,8 +263,8 @@ def _summarize(run: _Run, state: Any, last_eval: dict | None) -> dict[str, Any]:
       'learning_rate': exp.learning_rates[chosen[0]],
       'num_steps': run.config.train.num_steps,
       'num_params': exp.num_params,
-      **{f'validation_{k}': v.tolist() for k, v in last_eval.items() if k not in ('count', 'score')},
-      'validation_loss': last_eval['loss'].tolist(),
+      **{f'validation_{k}': v.tolist() for k, v in last_eval.items()
+         if k not in ('count', 'score')},
       'eval': results,
       'step_time_s': run.writer.step_time(),
       'seconds': run.seconds,

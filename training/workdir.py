@@ -1,17 +1,15 @@
 """Exclusive use of a workdir: a second run on the same workdir refuses to start.
 
 * **Local disks:** an advisory ``flock`` on ``workdir/lock[.<process>]``, released by the kernel
-  when the holder exits in any way (kill -9 included), so never stale; the file names the holder
-  for the second run's message. Network filesystems without cross-host ``flock`` do not protect
-  across hosts.
+  when the holder exits in any way (kill -9 included), so never stale. Network filesystems
+  without cross-host ``flock`` do not protect across hosts.
 * **Object storage (gs://)** has no locks, so the lock is a lease: an object holding the holder's
-  host, pid, a random token and a heartbeat that a thread renews every ``LEASE_S / 4`` seconds.
-  A run takes the lock when there is none, when its heartbeat is older than ``LEASE_S`` or when
-  its holder ran on this host and is gone (a kill -9 is resumed at once on the same host; on
-  another host after the lease). It writes its record, waits ``SETTLE_S`` and reads it back: of
-  two runs started together, the one whose record was written last wins and the other refuses.
-  This protects against the mistakes that happen (a second command on a running workdir); it is
-  not a consensus protocol: two runs whose writes take longer than ``SETTLE_S`` could both start.
+  host, pid, a random token and a heartbeat renewed every ``LEASE_S / 4`` seconds. It is taken
+  when there is none, when its heartbeat is older than ``LEASE_S`` or when its holder ran on this
+  host and is gone. A run writes its record, waits ``SETTLE_S`` and reads it back: of two runs
+  started together, the last writer wins. Not a consensus protocol (it guards against a second
+  command on a running workdir): two runs whose writes take longer than ``SETTLE_S`` could both
+  start.
 """
 
 from __future__ import annotations
@@ -89,10 +87,8 @@ def _flock(workdir: str, path: str, held: Held) -> Iterator[None]:
       fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
       raise _busy(workdir, holder(path)) from None
-    record = _record()
     os.ftruncate(fd, 0)
-    os.write(fd, f'pid {record["pid"]} on host {record["host"]}, since {record["since"]}\n'
-             .encode())
+    os.write(fd, f'{_describe(_record())}\n'.encode())
     yield
   finally:
     os.close(fd)
