@@ -117,8 +117,8 @@ def tiny_extend(tfds_dir):
 def test_extension_overrides_per_variant():
   assert extend.overrides_for('none', 256, 64) == {}
   assert extend.overrides_for('yarn', 256, 64) == {
-      'rope.scaling': 'yarn', 'rope.scaling_factor': '4.0', 'rope.original_max_length': '64'}
-  assert extend.overrides_for('dynamic_ntk', 256, 64)['rope.scaling_factor'] == '1.0'
+      'rope.scaling': 'yarn', 'rope.scaling_factor': 4.0, 'rope.original_max_length': 64}
+  assert extend.overrides_for('dynamic_ntk', 256, 64)['rope.scaling_factor'] == 1.0
 
 
 @pytest.mark.parametrize('field, value, phrase', [

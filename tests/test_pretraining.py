@@ -234,9 +234,9 @@ def test_tfds_corpora_with_mock_data(tmp_path, run_config, name, splits):
 def test_jsonl_documents_and_a_missing_corpus_file(tmp_path):
   path = tmp_path / 'docs.jsonl'
   path.write_text('\n'.join(json.dumps({'body': d.decode()}) for d in documents(30)))
-  source = datasets.files_lib.DocumentsSource(train_files=str(path), validation_files='',
-                                              test_files='', text_column='body')
+  source = datasets.files_lib.DocumentsSource(train_files=(str(path),), validation_files=(),
+                                              test_files=(), text_column='body')
   assert source.num_examples('train') == 27 and source.num_examples('validation') == 3
   with pytest.raises(FileNotFoundError, match='not found'):
-    datasets.files_lib.DocumentsSource(train_files=str(tmp_path / 'none.txt'),
-                                       validation_files='', test_files='', text_column='text')
+    datasets.files_lib.DocumentsSource(train_files=(str(tmp_path / 'none.txt'),),
+                                       validation_files=(), test_files=(), text_column='text')

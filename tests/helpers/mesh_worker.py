@@ -20,6 +20,7 @@ import numpy as np
 
 from configs import tiny
 from training import validation
+from training.config import run_config
 from training.experiment import Experiment
 
 MESHES = ((1, 1, 1), (8, 1, 1), (2, 4, 1), (2, 2, 2), (1, 1, 8))
@@ -35,7 +36,7 @@ def config_for(data_dir, mesh):
   c.train.batch_size = 16
   c.train.num_seeds = 2
   c.mesh.data, c.mesh.fsdp, c.mesh.tensor = mesh
-  return c
+  return run_config(c)
 
 
 def find(tree, path, within=''):
