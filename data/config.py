@@ -36,7 +36,8 @@ class DataConfig:
   train_files: tuple[str, ...] = settings.setting((), R, items=str, example='train.csv,more.csv')
   # data.name=files: validation paths (empty = hold out 10% of train).
   validation_files: tuple[str, ...] = settings.setting((), R, items=str, example='dev.csv')
-  test_files: tuple[str, ...] = settings.setting((), R, items=str, example='test.csv')  # empty = validation
+  # data.name=files: test paths (empty = use validation).
+  test_files: tuple[str, ...] = settings.setting((), R, items=str, example='test.csv')
   text_column: str = settings.setting('text', R)  # data.name=files: column/key with the text.
   # data.name=files: column/key with the label (names or integers).
   label_column: str = settings.setting('label', R)
@@ -59,7 +60,8 @@ class DataConfig:
   # Language models (train.task mlm/clm; data/lm.py): documents packed into rows of max_length.
   # MLM: fraction of tokens predicted (80% [MASK], 10% random, 10% kept).
   mask_rate: float = settings.setting(0.15, R)
-  whole_word_masking: bool = settings.setting(False, R)  # MLM: mask all the tokens of a word together.
+  # MLM: mask all the tokens of a word together.
+  whole_word_masking: bool = settings.setting(False, R)
   # Evaluation lengths in tokens beyond data.max_length (test split as 'test_<n>'): perplexity
   # vs evaluation length.
   eval_lengths: tuple[int, ...] = settings.setting((), R, items=int, example='128,256')

@@ -50,7 +50,8 @@ class AblationConfig:
   # each scheme is reported at the rate with the best mean validation accuracy.
   learning_rates: tuple[float, ...] = settings.setting((1e-3,), R, items=float,
                                                        example='1e-3,3e-3')
-  num_seeds: int = settings.setting(8, R)  # Seeds per run, trained together (paired across schemes).
+  # Seeds per run, trained together (paired across schemes).
+  num_seeds: int = settings.setting(8, R)
   # Scheme the others are compared with (paired tests, Holm-corrected).
   reference: str = settings.setting('rotary', R)
   report_memory: bool = settings.setting(False, T)  # Also report each run's train-step memory.
@@ -237,7 +238,8 @@ def build_report(config: ml_collections.ConfigDict, workdir: str, cells: list[Ce
           if (r := report_lib.load_run(os.path.join(workdir, c.name), c.name)) is not None]
   missing = len(cells) - len(runs)
   extra = f'**{missing} of {len(cells)} runs have not finished yet.**' if missing else ''
-  if grid(config).report_memory:
+  a = grid(config)
+  if a.report_memory:
     by_name = {c.name: c for c in cells}
     for run in runs:
       if run.summary:
@@ -247,4 +249,4 @@ def build_report(config: ml_collections.ConfigDict, workdir: str, cells: list[Ce
     return ''
   return report_lib.write_report(workdir, runs, command=command,
                                  config_json=config.to_json_best_effort(indent=1),
-                                 reference=grid(config).reference, extra=extra)
+                                 reference=a.reference, extra=extra)

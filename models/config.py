@@ -76,10 +76,12 @@ P, R, T = settings.Role.PARAMETERS, settings.Role.RESULTS, settings.Role.RUNTIME
 class ModelSettings:
   """The ``model`` group: the encoder's settings, each with its default and role."""
 
-  size: str = settings.setting('tiny', P)  # Preset: 'tiny' (tests), 'small', 'base' (RoFormer-base).
+  # Preset: 'tiny' (tests), 'small', 'base' (RoFormer-base).
+  size: str = settings.setting('tiny', P)
   # Position scheme: none | sinusoidal | learned | shaw | t5 | alibi | rotary.
   position: str = settings.setting('rotary', P)
-  attention: str = settings.setting('softmax', P)  # Attention kind: softmax | linear (paper eq. 19).
+  # Attention kind: softmax | linear (paper eq. 19).
+  attention: str = settings.setting('softmax', P)
   # Softmax attention: 'explicit' (written out), 'xla' or 'cudnn' (jax.nn.dot_product_attention;
   # cudnn: fused flash attention on NVIDIA GPUs), 'chunked' (blocks with an online softmax, memory
   # linear in the length: long inputs on CPU/TPU), 'splash' / 'pallas_flash' (Pallas TPU kernels;
@@ -114,8 +116,10 @@ class ModelSettings:
   dtype: str = settings.setting('float32', R)
   remat: bool = settings.setting(False, T)  # Rematerialise each layer (jax.checkpoint): memory.
   shaw_max_distance: int = settings.setting(16, P)  # Shaw et al. (2018): distances clipped at +-k.
-  shaw_values: bool = settings.setting(False, P)  # Shaw: also add relative representations to values.
-  t5_num_buckets: int = settings.setting(32, P)  # T5 bias: buckets (bidirectional: half per direction).
+  # Shaw: also add relative representations to values.
+  shaw_values: bool = settings.setting(False, P)
+  # T5 bias: buckets (bidirectional: half per direction).
+  t5_num_buckets: int = settings.setting(32, P)
   # T5 bias: distance beyond which all share the last bucket: the training length (data.max_length)
   # so that every bucket is trained; the T5 paper's value is 128.
   t5_max_distance: int = settings.setting(64, R)

@@ -381,6 +381,7 @@ class PairBias(PositionScheme):
     self.bias_fn, self.args = bias_fn, args
 
   def pair_table(self) -> jax.Array:
+    """The scheme's table (T5: bucket embeddings, ALiBi: slopes); each subclass gives its own."""
     raise NotImplementedError
 
   def prepare(self, positions_BxL: jax.Array) -> PositionContext:

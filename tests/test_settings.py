@@ -106,7 +106,7 @@ def test_lists_are_tuples_inside_and_text_on_the_command_line():
   run = config_lib.run_config(c)
   assert run.data.eval_lengths == (256, 512)
   assert run.mesh.rules == ('vocab=', 'embed=fsdp+tensor')
-  assert config_lib.run_config(config_lib.to_dict(run)) == run  # config.json round trip
+  assert config_lib.run_config(settings.to_dict(run)) == run  # config.json round trip
   c.optim.learning_rates = '1e-3,0.001'
   with pytest.raises(ValueError, match='more than once'):
     config_lib.run_config(c)

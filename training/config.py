@@ -83,7 +83,8 @@ class TrainConfig:
   # 'clm' (causal language modelling: next token, causal attention) on data.name's texts.
   task: str = settings.setting('classify', R)
   seed: int = settings.setting(0, R)  # Seed for parameter init and dropout (data order: data.seed).
-  num_seeds: int = settings.setting(1, R)  # Train seeds seed, seed+1, ... together (batches shared).
+  # Train seeds seed, seed+1, ... together (batches shared).
+  num_seeds: int = settings.setting(1, R)
   # How the members (learning rate x seed) share the step: 'vmap' (all in one batched
   # computation), 'loop' (one after another inside the step, each at single-run speed) or 'auto'
   # (loop on CPU, where benchmarks/seeds_bench.py measures vmap slower; vmap elsewhere). The same
@@ -128,9 +129,10 @@ class TrainConfig:
                        '--config.train.batch_size=0 --config.train.per_device_batch_size=4.')
     for name in ('num_steps', 'eval_batch_size', 'eval_every', 'log_every',
                  'checkpoint_every', 'keep_checkpoints', 'num_seeds'):
-      if getattr(self, name) <= 0:
-        raise ValueError(f'train.{name} must be > 0, got {getattr(self, name)}: pass a positive '
-                         f'integer, e.g. --config.train.{name}={max(1, abs(getattr(self, name)) or 1)}.')
+      value = getattr(self, name)
+      if value <= 0:
+        raise ValueError(f'train.{name} must be > 0, got {value}: pass a positive integer, '
+                         f'e.g. --config.train.{name}={max(1, abs(value) or 1)}.')
     if self.profile_steps:
       metrics.parse_step_window(self.profile_steps)
     for field, value, valid in (('train.task', self.task, models.TASKS),
@@ -242,7 +244,3 @@ def run_config(config: RunConfig | Mapping[str, Any], *, strict: bool = True) ->
                      'configs/default.get_config() and change what differs.')
   return settings.build(RunConfig, config, strict=strict)
 
-
-def to_dict(config: RunConfig) -> dict[str, Any]:
-  """The run config as JSON-able groups (config.json)."""
-  return settings.to_dict(config)

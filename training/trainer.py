@@ -17,6 +17,7 @@ import tensorflow_datasets as tfds
 from absl import logging
 
 from data import datasets
+import settings
 import storage
 from training import checkpoints
 from training import init_from
@@ -24,7 +25,7 @@ from training import metrics as metrics_lib
 from training import preemption
 from training import validation
 from training import workdir as workdir_lib
-from training.config import RunConfig, run_config, to_dict
+from training.config import RunConfig, run_config
 from training.experiment import Experiment
 from training.metrics import console
 
@@ -145,7 +146,7 @@ def _setup(config: RunConfig, workdir: str, mesh: jax.sharding.Mesh,
 def hparams(config: RunConfig) -> dict[str, Any]:
   """The config as flat 'group.field' -> scalar (TensorBoard's HParams, Weights & Biases; a list
   as its command-line text)."""
-  flat = validation.flatten(to_dict(config))
+  flat = validation.flatten(settings.to_dict(config))
   return {k: v if isinstance(v, (bool, int, float, str)) else
           ','.join(map(str, v)) if isinstance(v, list) else str(v) for k, v in flat.items()}
 

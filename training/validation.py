@@ -18,10 +18,11 @@ import storage
 from data import datasets
 from data import sources
 from data.config import DataConfig
+import settings
 from settings import groups
 from training import checkpoints
 from training import partitioning
-from training.config import FIXED_ON_RESUME, RunConfig, run_config, to_dict
+from training.config import FIXED_ON_RESUME, RunConfig, run_config
 
 CONFIG_FILE = 'config.json'
 DATA_FILE = 'data_fingerprint.json'
@@ -113,7 +114,7 @@ def has_checkpoints(workdir: str) -> bool:
 
 def config_differences(saved: RunConfig, config: RunConfig, fields: Sequence[str]) -> list[str]:
   """'field: saved X vs now Y' for every one of the dotted ``fields`` that differs."""
-  saved_values, current = flatten(to_dict(saved)), flatten(to_dict(config))
+  saved_values, current = flatten(settings.to_dict(saved)), flatten(settings.to_dict(config))
   return [f'{k}: saved {saved_values[k]!r} vs now {current[k]!r}'
           for k in sorted(fields) if saved_values[k] != current[k]]
 
@@ -179,7 +180,7 @@ def save_config(config: RunConfig, workdir: str, *, resumed: bool) -> None:
   """Writes the resolved config, and at a fresh start the data fingerprint (process 0)."""
   if jax.process_index() != 0:
     return
-  storage.write_json(os.path.join(workdir, CONFIG_FILE), to_dict(config))
+  storage.write_json(os.path.join(workdir, CONFIG_FILE), settings.to_dict(config))
   if not resumed:
     storage.write_json(os.path.join(workdir, DATA_FILE), data_fingerprint(config.data))
 
