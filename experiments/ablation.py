@@ -165,7 +165,8 @@ def stale_cells(config: ml_collections.ConfigDict, workdir: str,
                                             RESULT_FIELDS)
     fingerprint = os.path.join(run_dir, validation.DATA_FILE)
     if storage.exists(fingerprint):
-      changes += validation.data_changes(storage.read_json(fingerprint), run_config.data)
+      changes += validation.data_changes(storage.read_json(fingerprint),
+                                          validation.data_fingerprint(run_config.data))
     if changes:
       stale[cell] = changes
   return stale

@@ -7,6 +7,7 @@ import os
 import pytest
 import tensorflow as tf
 
+import settings
 from training import trainer
 from training.config import run_config as typed
 
@@ -42,7 +43,7 @@ def test_profile_hparams_and_offline_wandb(run_config, tmp_path, monkeypatch):
 
 
 def test_hparams_are_flat_scalars(run_config):
-  flat = trainer.hparams(typed(run_config()))
+  flat = trainer.hparams(settings.to_dict(typed(run_config())))
   assert flat['model.position'] == 'rotary' and flat['train.num_steps'] > 0
   assert all(isinstance(v, (bool, int, float, str)) for v in flat.values())
 

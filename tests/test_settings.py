@@ -127,3 +127,14 @@ def test_presets_are_resolved_in_one_place():
   cfg = run.model_config()
   assert {k: getattr(cfg, k) for k in sizes} == sizes == {
       'num_layers': 2, 'hidden_size': 64, 'num_heads': 4, 'mlp_dim': 128, 'embedding_size': 64}
+
+
+def test_the_config_travels_one_way_through_a_run(run_config, csv_file, tmp_path):
+  """Each module that reads the config reads it while it holds it: after the checks, the
+  placement and the data fingerprint travel on, not the config back to validation."""
+  from scripts import config_walk  # pylint: disable=import-outside-toplevel
+  config = run_config(**{'data.name': 'files', 'data.train_files': csv_file,
+                         'train.num_steps': 2, 'train.eval_every': 2,
+                         'train.checkpoint_every': 2})
+  calls = config_walk.walk(config, str(tmp_path / 'run'))
+  assert config_walk.summary(calls)['returns_off_stack'] == 0, calls

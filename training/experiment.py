@@ -38,15 +38,16 @@ def _gib(num_bytes: float) -> str:
 
 
 class Experiment:
-  """A run's data, model, steps and shardings over ``mesh`` (from ``validation.validate``; by
-  default the config's mesh over all devices)."""
+  """A run's data, model, steps and shardings by its ``placement`` (from
+  ``validation.validate``; by default the config's mesh over all devices)."""
 
   def __init__(self, config: RunConfig | ml_collections.ConfigDict, workdir: str,
-               mesh: jax.sharding.Mesh | None = None):
+               placement: partitioning.Placement | None = None):
     self.config = config = run_config(config)
     self.workdir = workdir
-    self.mesh = mesh = validation.check_devices(config) if mesh is None else mesh
-    self.batch_size = validation.global_batch_size(config, mesh)  # global, every process
+    self.placement = placement or validation.check_devices(config)
+    self.mesh = mesh = self.placement.mesh
+    self.batch_size = self.placement.batch_size  # global, every process
     self.dataset = datasets.load(config.data, workdir, pair_layout=(
         'dual' if config.model.dual_encoder else 'joint'), task=config.train.task)
     self.info = self.dataset.info
@@ -66,7 +67,7 @@ class Experiment:
     train_step, eval_step = steps_lib.make_step_fns(
         train_graphdef, eval_graphdef, self.tx, schedule, config.optim.grad_accum_steps,
         config.train.skip_nonfinite, regression=config.data.regression)
-    rules = partitioning.logical_rules(config.mesh)
+    rules = self.placement.rules
     self.abstract_state = jax.eval_shape(self._init, *self._member_inputs())
     self.state_sharding = partitioning.state_shardings(
         self.abstract_state, abstract_params, self.tx, mesh, rules)
@@ -188,7 +189,7 @@ class Experiment:
       per_token += cfg.vocab_size
     live = 1 if self.member_mode == 'loop' else len(self.seeds)  # members computed at once
     per_example = 4 * live * length * per_token * (2 if cfg.dual_encoder else 1)
-    size = validation.global_eval_batch_size(self.config, self.mesh)
+    size = self.placement.eval_batch_size
     while size > unit and size // devices * per_example > _device_memory() / 2:
       size = max(unit, size // 2 // unit * unit)
     if size // devices * per_example > _device_memory() / 2:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import jax
 import numpy as np
@@ -26,16 +26,27 @@ from models import sharding as model_sharding
 from training.config import MeshConfig
 
 MESH_AXES = ('data', 'fsdp', 'tensor')
+Rules = tuple[tuple[str, Any], ...]  # logical axis -> mesh axes
+
+
+class Placement(NamedTuple):
+  """Where a run's arrays live, decided once from its ``mesh`` and ``train`` groups
+  (``validation.check_devices``): the mesh, the logical-axis rules and the global batch sizes."""
+
+  mesh: Mesh
+  rules: Rules
+  batch_size: int
+  eval_batch_size: int
 BATCH_AXES = ('data', 'fsdp')  # the batch is split over both data-parallel axes
 
 # Logical axis -> mesh axes. Every logical name of models/sharding.py has an entry.
-LOGICAL_RULES: tuple[tuple[str, Any], ...] = (
+LOGICAL_RULES: Rules = (
     ('batch', BATCH_AXES), ('length', None), ('embed', 'fsdp'), ('heads', 'tensor'),
     ('kv', None), ('mlp', 'tensor'), ('vocab', 'tensor'), ('classes', None))
 assert {name for name, _ in LOGICAL_RULES} == set(model_sharding.LOGICAL_AXES)
 
 
-def logical_rules(mesh_config: MeshConfig) -> tuple[tuple[str, Any], ...]:
+def logical_rules(mesh_config: MeshConfig) -> Rules:
   """``LOGICAL_RULES`` with the overrides of ``mesh.rules``, e.g. 'vocab=,embed=fsdp+tensor' (an
   empty right-hand side replicates)."""
   rules, given = dict(LOGICAL_RULES), set()

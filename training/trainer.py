@@ -68,7 +68,8 @@ def train_and_evaluate(config: RunConfig | ml_collections.ConfigDict,
   """Trains, evaluates, checkpoints, resumes; returns the run summary (also ``summary.json``). The
   workdir is locked for the run's duration: a second run on it refuses to start."""
   config = run_config(config)
-  mesh = validation.validate(config, workdir)
+  config.check_model()
+  validated = validation.validate(config, workdir)
   start_from_source = init_from.needed(config, workdir)
   if start_from_source:
     init_from.check_source(config)
@@ -82,7 +83,7 @@ def train_and_evaluate(config: RunConfig | ml_collections.ConfigDict,
     try:
       if start_from_source and jax.process_index() == 0:
         init_from.copy_tokenizer(config, workdir)
-      run, state = _setup(config, workdir, mesh, stack, held)
+      run, state = _setup(config, workdir, validated, stack, held)
     except BaseException:
       if new:  # refused at its setup: the new workdir is left as it was found
         stack.close()  # the checkpointer and writers first: closing them may still write
@@ -106,17 +107,18 @@ def _empty(workdir: str) -> None:
         entry.rmtree() if entry.is_dir() else entry.unlink()
 
 
-def _setup(config: RunConfig, workdir: str, mesh: jax.sharding.Mesh,
+def _setup(config: RunConfig, workdir: str, validated: validation.Validated,
            stack: contextlib.ExitStack, held: workdir_lib.Held) -> tuple[_Run, Any]:
   """The run and its newest intact checkpoint (or initial state); ``stack`` closes what it opens."""
-  exp = Experiment(config, workdir, mesh)
+  exp, mesh = Experiment(config, workdir, validated.placement), validated.placement.mesh
   for _, length in final_splits(exp):  # a final evaluation that cannot fit is refused now
     exp.eval_batch_size(length)
   ckpt = checkpoints.Checkpointer(workdir, config.train.keep_checkpoints)
   stack.callback(ckpt.close)
   start, state = ckpt.restore_latest(exp.abstract_with_shardings())
   # Written once the workdir's checkpoints are accepted: a refused workdir is left as it was.
-  validation.save_config(config, workdir, resumed=bool(start))
+  config_dict = settings.to_dict(config)
+  validation.save_config(config_dict, workdir, None if start else validated.fingerprint)
   if jax.process_index() == 0:
     datasets.save_info(exp.info, workdir)
   if start:
@@ -136,17 +138,17 @@ def _setup(config: RunConfig, workdir: str, mesh: jax.sharding.Mesh,
           f'mesh {dict(mesh.shape)}.')
   writer = metrics_lib.RunWriter(workdir, exp.members, num_steps=config.train.num_steps,
                                  resume_step=start, log_every=config.train.log_every,
-                                 hparams=hparams(config), wandb_project=config.train.wandb_project)
+                                 hparams=hparams(config_dict), wandb_project=config.train.wandb_project)
   stack.callback(writer.close)
   profiler = metrics_lib.Profiler(config.train.profile_steps, workdir)
   stack.callback(profiler.close)
   return _Run(config, workdir, exp, ckpt, writer, profiler, held, start), state
 
 
-def hparams(config: RunConfig) -> dict[str, Any]:
-  """The config as flat 'group.field' -> scalar (TensorBoard's HParams, Weights & Biases; a list
-  as its command-line text)."""
-  flat = validation.flatten(settings.to_dict(config))
+def hparams(config_dict: dict[str, Any]) -> dict[str, Any]:
+  """A config's dict (``settings.to_dict``) as flat 'group.field' -> scalar (TensorBoard's
+  HParams, Weights & Biases; a list as its command-line text)."""
+  flat = validation.flatten(config_dict)
   return {k: v if isinstance(v, (bool, int, float, str)) else
           ','.join(map(str, v)) if isinstance(v, list) else str(v) for k, v in flat.items()}
 

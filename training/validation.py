@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import jax
 import ml_collections
@@ -34,17 +34,23 @@ def model_config(config: RunConfig | ml_collections.ConfigDict, *, vocab_size: i
   return run_config(config).model_config(vocab_size=vocab_size, num_classes=num_classes)
 
 
+class Validated(NamedTuple):
+  """What the checks decide, so that the config need not come back to them: where the run's
+  arrays live, and the data fingerprint a fresh run saves beside its config."""
+
+  placement: partitioning.Placement
+  fingerprint: dict[str, Any]
+
+
 def validate(config: RunConfig, workdir: str | None = None,
-             devices: Sequence[jax.Device] | None = None) -> jax.sharding.Mesh:
-  """Checks a run's model, devices and workdir (its groups were checked as they were built);
-  returns the mesh over ``devices``."""
+             devices: Sequence[jax.Device] | None = None) -> Validated:
+  """Checks a run's devices and workdir (its groups were checked as they were built, its model
+  by ``RunConfig.check_model``); the placement over ``devices``."""
+  placement = check_devices(config, devices)
+  fingerprint = data_fingerprint(config.data)
   if workdir is not None:
-    workdir = check_workdir(workdir)
-  config.check_model()
-  mesh = check_devices(config, devices)
-  if workdir is not None:
-    check_resume_compatible(config, workdir)
-  return mesh
+    check_resume_compatible(config, check_workdir(workdir), fingerprint)
+  return Validated(placement, fingerprint)
 
 
 def check_workdir(workdir: str) -> str:
@@ -60,23 +66,27 @@ def check_workdir(workdir: str) -> str:
 
 
 def check_devices(config: RunConfig,
-                  devices: Sequence[jax.Device] | None = None) -> jax.sharding.Mesh:
-  """The mesh of ``config.mesh`` on ``devices`` (default: all), the batch sizes checked on it."""
+                  devices: Sequence[jax.Device] | None = None) -> partitioning.Placement:
+  """The placement of ``config.mesh`` on ``devices`` (default: all), the batch sizes checked on
+  it."""
   mesh = partitioning.make_mesh(config.mesh, devices)
+  placement = partitioning.Placement(mesh, partitioning.logical_rules(config.mesh),
+                                     global_batch_size(config, mesh),
+                                     global_eval_batch_size(config, mesh))
   dp, processes = partitioning.data_parallel_size(mesh), jax.process_count()
-  for name, size in (('batch_size', global_batch_size(config, mesh)),
-                     ('eval_batch_size', global_eval_batch_size(config, mesh))):
+  for name in ('batch_size', 'eval_batch_size'):
+    size = getattr(placement, name)
     if size % dp or size % processes:
       raise ValueError(f'train.{name}={size} is not divisible by the {dp} data-parallel '
                        f'devices and {processes} processes; use a multiple of '
                        f'{math.lcm(dp, processes)}.')
-  sources.check_shards(config.data.num_shards, global_batch_size(config, mesh))
+  sources.check_shards(config.data.num_shards, placement.batch_size)
   impl = config.model.attention_impl
   if impl in models.config.PALLAS_SCHEMES and mesh.size > 1:
     raise ValueError(f'model.attention_impl={impl} runs on one device only: the Pallas kernel is '
                      'not wrapped in shard_map yet, and XLA cannot partition it over the '
                      f'{mesh.size} devices of this mesh. Use chunked, xla or cudnn here.')
-  return mesh
+  return placement
 
 
 def global_batch_size(config: RunConfig, mesh: jax.sharding.Mesh) -> int:
@@ -119,9 +129,11 @@ def config_differences(saved: RunConfig, config: RunConfig, fields: Sequence[str
           for k in sorted(fields) if saved_values[k] != current[k]]
 
 
-def check_resume_compatible(config: RunConfig, workdir: str) -> None:
+def check_resume_compatible(config: RunConfig, workdir: str,
+                            fingerprint: dict[str, Any]) -> None:
   """Refuses to resume a run whose saved config differs in fields that shape it, or whose data
-  files changed. A workdir without checkpoints has nothing to resume and takes any config."""
+  (``fingerprint``, now) changed. A workdir without checkpoints has nothing to resume and takes
+  any config."""
   if not has_checkpoints(workdir):
     return
   path = os.path.join(workdir, CONFIG_FILE)
@@ -133,7 +145,7 @@ def check_resume_compatible(config: RunConfig, workdir: str) -> None:
                        'to resume.')
   path = os.path.join(workdir, DATA_FILE)
   if storage.exists(path):
-    changed = data_changes(_read_json(path), config.data)
+    changed = data_changes(_read_json(path), fingerprint)
     if changed:
       raise ValueError(f'The data of the run in {workdir} changed since it started: '
                        f'{"; ".join(changed)}. Resuming would train on other examples: restore '
@@ -158,10 +170,10 @@ def data_fingerprint(data_config: DataConfig) -> dict[str, Any]:
           for p in sorted(paths) if storage.is_file(p)}
 
 
-def data_changes(saved: dict[str, Any], data_config: DataConfig) -> list[str]:
-  """What differs between a saved fingerprint and the data now, one phrase per file or embedded
-  dataset (a fingerprint saved before versions were recorded has none: not a change)."""
-  now = data_fingerprint(data_config)
+def data_changes(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
+  """What differs between a saved fingerprint and the data's fingerprint now, one phrase per
+  file or embedded dataset (a fingerprint saved before versions were recorded has none: not a
+  change)."""
   changes = []
   for key in sorted(set(saved) | set(now)):
     if saved.get(key) == now.get(key) or (key.startswith(_EMBEDDED) and key not in saved):
@@ -176,13 +188,14 @@ def data_changes(saved: dict[str, Any], data_config: DataConfig) -> list[str]:
   return changes
 
 
-def save_config(config: RunConfig, workdir: str, *, resumed: bool) -> None:
-  """Writes the resolved config, and at a fresh start the data fingerprint (process 0)."""
+def save_config(config_dict: dict[str, Any], workdir: str,
+                fingerprint: dict[str, Any] | None) -> None:
+  """Writes the resolved config and, unless None, the data fingerprint (process 0)."""
   if jax.process_index() != 0:
     return
-  storage.write_json(os.path.join(workdir, CONFIG_FILE), settings.to_dict(config))
-  if not resumed:
-    storage.write_json(os.path.join(workdir, DATA_FILE), data_fingerprint(config.data))
+  storage.write_json(os.path.join(workdir, CONFIG_FILE), config_dict)
+  if fingerprint is not None:
+    storage.write_json(os.path.join(workdir, DATA_FILE), fingerprint)
 
 
 def load_config(workdir: str) -> RunConfig:

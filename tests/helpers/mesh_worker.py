@@ -61,7 +61,7 @@ def main():
   for mesh in MESHES:
     devices = jax.devices()[:1] if mesh == (1, 1, 1) else None
     config = config_for(args.data_dir, mesh)
-    exp = Experiment(config, workdir, validation.validate(config, devices=devices))
+    exp = Experiment(config, workdir, validation.validate(config, devices=devices).placement)
     if batches is None:
       it = exp.dataset.train_batches(seed=0, global_batch_size=config.train.batch_size)
       batches = [next(it) for _ in range(args.steps)]
