@@ -205,9 +205,11 @@ class Experiment:
     """``data.random_positions`` = N draws positions from 0 .. N - 1 without repetition: refuse
     a dataset length this run trains or evaluates at that is longer."""
     n, lengths = self.config.data.random_positions, [self.info.train_length]
+    if not n:
+      return
     lengths += [v for split, v in self.info.eval_splits.items() if split == 'validation']
     lengths += [v for _, v in self.final_splits()]
-    if n and max(lengths) > n:
+    if max(lengths) > n:
       raise ValueError(f'data.random_positions={n} draws positions from 0 .. {n - 1}, but '
                        f'{self.info.name} is trained or evaluated at up to {max(lengths)} tokens '
                        f'(splits {self.info.eval_splits}). Set data.random_positions >= '
