@@ -13,13 +13,19 @@ computed from its slot alone, so starting at step s costs nothing and yields exa
 a fresh iterator yields from step s on; every epoch is reshuffled. A grain ``MapDataset`` maps
 step numbers to batches and prepares ``prefetch`` of them ahead in threads; grain's own shuffle
 and sharding give other orders (benchmarks/README.md, "Input pipeline").
+
+``RandomPositions`` (``data.random_positions``) replaces the positions of any batch type that has
+``positions`` and ``mask`` (and optionally ``segments``) by randomized ones (Ruoss et al. 2023,
+docs/randomized_positions.md); the run applies it to every batch it reads (``training.experiment``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import sys
-from typing import Callable, Iterator, Union
+import zlib
+from typing import Callable, Iterator, Sequence, Union
 
 import flax.struct
 import grain
@@ -122,3 +128,46 @@ def evaluate(make: Make, *, batch_size: int, num_batches: int, first_slot: int =
 def _iterate(batches: grain.MapDataset, prefetch: int) -> Iterator[Batch]:
   return iter(batches.to_iter_dataset(grain.ReadOptions(num_threads=prefetch,
                                                         prefetch_buffer_size=prefetch)))
+
+
+def randomized_positions(batch: Batch, size: int, keys: Sequence[Sequence[int]]) -> Batch:
+  """``batch`` whose every document's positions are a sorted sample without repetition of
+  0 .. ``size`` - 1, placed in order at its real tokens; padding keeps 0. A document is a row's
+  real tokens (each text of a two-tower pair on its own), or, where the batch has ``segments``,
+  each numbered document of a packed row. Row i draws its documents one after another from
+  ``np.random.default_rng(keys[i])``, so a row's positions depend on its key alone."""
+  segments = getattr(batch, 'segments', None)
+  documents = np.asarray(batch.mask, np.int32) if segments is None else np.where(
+      batch.mask, segments, 0)
+  length = documents.shape[-1]
+  positions = np.zeros(documents.shape, np.int32)
+  for row, key in enumerate(keys):
+    rng = np.random.default_rng(key)
+    for documents_L, positions_L in zip(documents[row].reshape(-1, length),
+                                        positions[row].reshape(-1, length)):
+      for document in np.unique(documents_L[documents_L > 0]):
+        at_L = documents_L == document
+        positions_L[at_L] = np.sort(rng.choice(size, int(at_L.sum()), replace=False))
+  return batch.replace(positions=positions.astype(np.asarray(batch.positions).dtype))
+
+
+@dataclasses.dataclass(frozen=True)
+class RandomPositions:
+  """``data.random_positions`` = ``size`` (N) with ``data.seed``: randomized positional
+  encodings (Ruoss et al. 2023), positions drawn from 0 .. N - 1 in training and evaluation, as
+  the authors' code does. A training row's draw depends only on (seed, step, its row of the
+  global batch); an evaluation row's on (seed, split, its example's number in the split), never
+  on the evaluation batch size or on when it is evaluated."""
+
+  size: int
+  seed: int
+
+  def training(self, batch: Batch, step: int, rows: Sequence[int]) -> Batch:
+    """This process's ``rows`` of global batch ``step``."""
+    return randomized_positions(batch, self.size, [(self.seed, 0, step, int(r)) for r in rows])
+
+  def evaluation(self, batch: Batch, split: str, examples: Sequence[int]) -> Batch:
+    """The rows holding ``examples`` (their numbers in ``split``; past its end: padding)."""
+    tag = zlib.crc32(split.encode())
+    return randomized_positions(batch, self.size,
+                                [(self.seed, 1, tag, int(e)) for e in examples])

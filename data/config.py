@@ -76,6 +76,12 @@ class DataConfig:
   # multiple of k that divides the global batch; it is part of the data order, so keep it fixed
   # across runs you compare (the number of processes never changes the batches).
   num_shards: int = settings.setting(1, R)
+  # Randomized positional encodings (Ruoss et al. 2023; docs/randomized_positions.md): N > 0
+  # gives each document, in training and evaluation, a sorted random sample without repetition
+  # of the positions 0 .. N - 1 (the paper's N: 2048), drawn from (data.seed, step, row) or the
+  # evaluated example, so that every position up to N is trained; N bounds every length read.
+  # 0: positions 0, 1, 2, ... (off). Any model.position that reads positions takes them.
+  random_positions: int = settings.setting(0, R)
 
   def __post_init__(self):
     if self.max_length <= 1:
@@ -89,10 +95,21 @@ class DataConfig:
         raise ValueError(f'data.{field}={getattr(self, field)!r} is not valid; valid choices: '
                          f'{", ".join(valid)}.')
     self._check_labels()
+    self._check_random_positions()
     if self.text_b_column and self.name != 'files':
       raise ValueError(f'data.text_b_column={self.text_b_column!r} names a column of your own '
                        f'files, but data.name={self.name!r}; use data.name=files or drop '
                        'text_b_column.')
+
+  def _check_random_positions(self) -> None:
+    """N = data.random_positions covers every length given here (datasets' own evaluation
+    lengths are checked when they are loaded)."""
+    longest = max((self.max_length, *self.eval_lengths))
+    if self.random_positions < 0 or 0 < self.random_positions < longest:
+      raise ValueError(f'data.random_positions={self.random_positions} must be 0 (off) or at '
+                       f'least the longest length trained or evaluated, {longest} tokens '
+                       '(data.max_length, data.eval_lengths): positions are drawn from 0 .. N - 1 '
+                       'without repetition. The paper uses 2048.')
 
   @property
   def _tfds_fields(self) -> data.TextFields | None:

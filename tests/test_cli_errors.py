@@ -79,6 +79,11 @@ CASES = [
     Case('learned_shorter_than_data', TRAIN + ('--config.model.position=learned',
                                                '--config.model.max_length=32'),
          'model.max_length=32 is shorter than data.max_length=64'),
+    Case('random_positions_below_the_length', TRAIN + ('--config.data.random_positions=32',),
+         'data.random_positions=32 must be 0 (off) or at least the longest length'),
+    Case('random_positions_below_a_test_split', TRAIN + ('--config.data.random_positions=64',),
+         'data.random_positions=64 draws positions from 0 .. 63, but position_probes/order is '
+         'trained or evaluated at up to 128 tokens'),
     # ---------------------------------------------------------------- lengths, steps, optimizer
     Case('non_positive_max_length', TRAIN + ('--config.data.max_length=0',),
          'data.max_length must be > 1'),

@@ -69,32 +69,42 @@ def test_train_resume_and_eval(tmp_path, run_config):
   assert validation.load_config(workdir).rope.scaling == 'none'  # config.json untouched
 
 
-def test_kill_and_resume_gives_identical_metrics_and_params(tmp_path, run_config, monkeypatch):
-  config = run_config()
-  config.model.dropout_rate = 0.1  # dropout keys must also resume correctly
+def assert_kill_and_resume_is_bitwise(config, tmp_path, monkeypatch, *, kill_at: int,
+                                      dataset=datasets.Dataset) -> str:
+  """Trains ``config`` straight, then again killed as it reaches step ``kill_at`` and resumed
+  from its last checkpoint: metrics.jsonl and the final parameters identical. Returns the
+  uninterrupted run's workdir."""
   straight = str(tmp_path / 'straight')
   trainer.train_and_evaluate(config, straight)
 
   interrupted = str(tmp_path / 'interrupted')
-  real_batches = datasets.Dataset.train_batches
+  real_batches = dataset.train_batches
 
   def dying_batches(self, **kwargs):
     for i, batch in enumerate(real_batches(self, **kwargs)):
-      if kwargs['start_step'] + i == 13:
-        raise KeyboardInterrupt('simulated kill at step 14')
+      if kwargs['start_step'] + i == kill_at - 1:
+        raise KeyboardInterrupt(f'simulated kill at step {kill_at}')
       yield batch
 
-  monkeypatch.setattr(datasets.Dataset, 'train_batches', dying_batches)
+  monkeypatch.setattr(dataset, 'train_batches', dying_batches)
   with pytest.raises(KeyboardInterrupt):
     trainer.train_and_evaluate(config, interrupted)
-  monkeypatch.setattr(datasets.Dataset, 'train_batches', real_batches)
-  trainer.train_and_evaluate(config, interrupted)  # resumes from step 10
+  monkeypatch.setattr(dataset, 'train_batches', real_batches)
+  trainer.train_and_evaluate(config, interrupted)  # resumes from the last checkpoint
 
   with open(os.path.join(straight, metrics.METRICS_FILE)) as a, \
        open(os.path.join(interrupted, metrics.METRICS_FILE)) as b:
     assert a.read() == b.read()
-  pa, pb = params_of(straight, 20), params_of(interrupted, 20)
-  jax.tree.map(np.testing.assert_array_equal, pa, pb)
+  last = config.train.num_steps
+  jax.tree.map(np.testing.assert_array_equal, params_of(straight, last),
+               params_of(interrupted, last))
+  return straight
+
+
+def test_kill_and_resume_gives_identical_metrics_and_params(tmp_path, run_config, monkeypatch):
+  config = run_config()
+  config.model.dropout_rate = 0.1  # dropout keys must also resume correctly
+  assert_kill_and_resume_is_bitwise(config, tmp_path, monkeypatch, kill_at=14)  # resumes at 10
 
 
 @pytest.mark.parametrize('members', ['vmap', 'loop'])

@@ -192,10 +192,13 @@ class RunConfig:
   def check_model(self) -> models.ModelConfig:
     """The model and rope fields, with placeholder data sizes (the data is not read yet)."""
     cfg, d = self.model_config(), self.data
-    if cfg.position == 'learned' and cfg.max_length < d.max_length:
-      raise ValueError(f'model.max_length={cfg.max_length} is shorter than '
-                       f'data.max_length={d.max_length}: model.position=learned has no '
-                       'embedding for the later positions. Raise model.max_length.')
+    # Randomized positions reach N - 1: the authors' learned table has N rows.
+    needed, field = max((d.max_length, 'data.max_length'),
+                        (d.random_positions, 'data.random_positions'))
+    if cfg.position == 'learned' and cfg.max_length < needed:
+      raise ValueError(f'model.max_length={cfg.max_length} is shorter than {field}={needed}: '
+                       'model.position=learned has no embedding for the later positions. '
+                       f'Raise model.max_length to {needed}.')
     if cfg.language_model:
       if d.pairs:
         raise ValueError(f'data.name={d.name!r} is a sentence-pair task; pre-train '

@@ -163,6 +163,11 @@ def write_results(results: dict[str, Any], path: str | None) -> str:
 
 
 def _check_lengths(config: RunConfig, eval_lengths: Sequence[int]) -> None:
+  positions = config.data.random_positions
+  if positions and max(eval_lengths, default=0) > positions:
+    raise ValueError(f'This model was trained with data.random_positions={positions}: positions '
+                     f'are drawn from 0 .. {positions - 1}, so it cannot be evaluated at '
+                     f'{max(eval_lengths)} tokens. Evaluate at lengths <= {positions}.')
   too_long = [n for n in eval_lengths if n > config.model.max_length]
   if config.model.position == 'learned' and too_long:
     raise ValueError(f'This model (model.position=learned) has position embeddings for '

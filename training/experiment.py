@@ -17,6 +17,7 @@ from flax import nnx
 import models
 from data import batches
 from data import datasets
+from data import sources
 from training import optim
 from training import partitioning
 from training import metrics
@@ -51,6 +52,10 @@ class Experiment:
     self.dataset = datasets.load(config.data, workdir, pair_layout=(
         'dual' if config.model.dual_encoder else 'joint'), task=config.train.task)
     self.info = self.dataset.info
+    self.random_positions = (batches.RandomPositions(config.data.random_positions,
+                                                     config.data.seed)
+                             if config.data.random_positions else None)
+    self._check_random_positions()
     self.model_config = config.model_config(vocab_size=self.info.vocab_size,
                                             num_classes=self.info.num_classes)
     # The members: every (peak learning rate, seed) pair, seeds innermost.
@@ -158,19 +163,58 @@ class Experiment:
         lambda v: jax.make_array_from_process_local_data(self.batch_sharding, v), local)
 
   def train_batches(self, start_step: int) -> Iterator[batches.Batch]:
-    """This process's rows of the training batches from ``start_step`` on."""
-    return self.dataset.train_batches(seed=self.config.data.seed,
-                                      global_batch_size=self.batch_size, start_step=start_step,
-                                      **self._shard(self.batch_size))
+    """This process's rows of the training batches from ``start_step`` on; with
+    ``data.random_positions``, each row's positions drawn from (seed, step, its global row)."""
+    shard = self._shard(self.batch_size)
+    local = self.dataset.train_batches(seed=self.config.data.seed,
+                                       global_batch_size=self.batch_size, start_step=start_step,
+                                       **shard)
+    if self.random_positions is None:
+      return local
+    local_size = self.batch_size // shard['process_count']
+    rows = shard['process_index'] * local_size + np.arange(local_size)
+    return (self.random_positions.training(batch, step, rows)
+            for step, batch in enumerate(local, start_step))
 
   def eval_batches(self, split: str, max_length: int | None = None) -> Iterator[batches.Batch]:
-    size = self.eval_batch_size(max_length or self.info.eval_splits.get(
-        split, self.info.train_length))
+    """This process's part of ``split`` at ``max_length`` (default: the split's); with
+    ``data.random_positions``, each example's positions drawn from (seed, split, length, its
+    number in the split: each process evaluates a contiguous part, ``sources.shard_bounds``)."""
+    length = max_length or self.info.eval_splits.get(split, self.info.train_length)
+    size = self.eval_batch_size(length)
     # As few batches as at this size, as small as they can be: no batch of mostly padding.
     num, unit = self.dataset.num_examples(split, max_length), self._eval_unit()
     size = min(size, math.ceil(num / max(1, math.ceil(num / size)) / unit) * unit)
-    return self.dataset.eval_batches(split, global_batch_size=size, max_length=max_length,
-                                     **self._shard(size))
+    shard = self._shard(size)
+    local = self.dataset.eval_batches(split, global_batch_size=size, max_length=max_length,
+                                      **shard)
+    if self.random_positions is None:
+      return local
+    first = sources.shard_bounds(num, shard['process_index'], shard['process_count'])[0]
+    rows = size // shard['process_count']
+    return (self.random_positions.evaluation(batch, f'{split}@{length}',
+                                             first + i * rows + np.arange(rows))
+            for i, batch in enumerate(local))
+
+  def final_splits(self) -> list[tuple[str, int]]:
+    """The (split, length) pairs evaluated at the end of training: all but validation, to
+    ``train.eval_max_length``."""
+    limit = self.config.train.eval_max_length or max(self.info.eval_splits.values())
+    return [(k, v) for k, v in self.info.eval_splits.items() if k != 'validation' and v <= limit]
+
+  def _check_random_positions(self) -> None:
+    """``data.random_positions`` = N draws positions from 0 .. N - 1 without repetition: refuse
+    a dataset length this run trains or evaluates at that is longer."""
+    n, lengths = self.config.data.random_positions, [self.info.train_length]
+    if not n:
+      return
+    lengths += [v for split, v in self.info.eval_splits.items() if split == 'validation']
+    lengths += [v for _, v in self.final_splits()]
+    if max(lengths) > n:
+      raise ValueError(f'data.random_positions={n} draws positions from 0 .. {n - 1}, but '
+                       f'{self.info.name} is trained or evaluated at up to {max(lengths)} tokens '
+                       f'(splits {self.info.eval_splits}). Set data.random_positions >= '
+                       f'{max(lengths)} (the paper uses 2048) or lower train.eval_max_length.')
 
   def _eval_unit(self) -> int:
     """Evaluation batch sizes are multiples of this: every device and process gets rows."""

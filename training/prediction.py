@@ -107,6 +107,10 @@ def predict(workdir: str, input_path: str, *, checkpoint: str = 'best',
                         pair_layout='dual' if cfg.dual_encoder else 'joint')
   batches = batches_lib.evaluate(make, batch_size=batch_size, num_batches=num_batches,
                                  prefetch=2)
+  if config.data.random_positions:  # as the run evaluated: drawn per example
+    draw = batches_lib.RandomPositions(config.data.random_positions, config.data.seed)
+    batches = (draw.evaluation(batch, 'predict', i * batch_size + np.arange(batch_size))
+               for i, batch in enumerate(batches))
   done = 0
   for batch in tqdm.tqdm(batches, total=num_batches, unit='batch', file=sys.stderr,
                          disable=num_batches < 10):

@@ -111,7 +111,7 @@ def _setup(config: RunConfig, workdir: str, validated: validation.Validated,
            stack: contextlib.ExitStack, held: workdir_lib.Held) -> tuple[_Run, Any]:
   """The run and its newest intact checkpoint (or initial state); ``stack`` closes what it opens."""
   exp, mesh = Experiment(config, workdir, validated.placement), validated.placement.mesh
-  for _, length in final_splits(exp):  # a final evaluation that cannot fit is refused now
+  for _, length in exp.final_splits():  # a final evaluation that cannot fit is refused now
     exp.eval_batch_size(length)
   ckpt = checkpoints.Checkpointer(workdir, config.train.keep_checkpoints)
   stack.callback(ckpt.close)
@@ -239,12 +239,6 @@ def _preempt(run: _Run, step: int, state: Any, log: _TrainLog) -> None:
   raise preemption.Preempted(step)
 
 
-def final_splits(exp: Experiment) -> list[tuple[str, int]]:
-  """The (split, length) pairs evaluated at the end: all but validation, to eval_max_length."""
-  limit = exp.config.train.eval_max_length or max(exp.info.eval_splits.values())
-  return [(k, v) for k, v in exp.info.eval_splits.items() if k != 'validation' and v <= limit]
-
-
 def _summarize(run: _Run, state: Any, last_eval: dict | None) -> dict[str, Any]:
   """Chooses the learning rate on validation, evaluates its members, writes summary.json."""
   exp = run.exp
@@ -252,7 +246,7 @@ def _summarize(run: _Run, state: Any, last_eval: dict | None) -> dict[str, Any]:
     last_eval = exp.evaluate(state.params, exp.eval_batches('validation'))
   chosen, params = exp.chosen_members(state.params, last_eval)
   began = time.perf_counter()
-  results = exp.evaluate_lengths(params, final_splits(exp))  # the chosen members, in order
+  results = exp.evaluate_lengths(params, exp.final_splits())  # the chosen members, in order
   run.seconds['test_eval'] = time.perf_counter() - began
   summary = {
       **{k: getattr(exp.model_config, k) for k in ('position', 'attention', 'task')},
