@@ -62,6 +62,7 @@ BENCHMARKS = {
                     ['--batch_size=8', '--length=64', '--repeats=2']),
     'profile_step': ('profile_step.py', ['--compare=none', '--top=0'],
                      ['--size=tiny', '--length=64', '--steps=2', '--compare=none', '--top=0']),
+    'roofline': ('roofline.py', [], ['--quick']),
     'accelerator_smoke': ('accelerator.py', ['--smoke'], ['--smoke']),
 }
 
@@ -116,10 +117,12 @@ def met_text(fig: dict) -> str:
 
 
 _ACCELERATORS = (
-    '`benchmarks/gpu.sh` (which runs `benchmarks/accelerator.py`) reports step time, tokens/s and '
-    'MFU of the `base` train step at length 512 in bfloat16 with cuDNN fused attention. It has '
-    'not been run on a GPU for this file (no accelerator was available); `accelerator_smoke` '
-    'above is its `--smoke` run on this CPU, which only shows that the script works.\n\n'
+    '`benchmarks/gpu.sh` (which runs `benchmarks/accelerator.py` and `benchmarks/roofline.py`) '
+    'reports step time, tokens/s and MFU of the `base` train step at length 512 in bfloat16 '
+    'with cuDNN fused attention, against the vendor peak and against the bf16 matmul FLOP/s '
+    'and bandwidth it measures. It has not been run on a GPU for this file (no accelerator was '
+    'available); `accelerator_smoke` above is its `--smoke` run on this CPU, which only shows '
+    'that the script works.\n\n'
     'The Pallas TPU attention kernels (`model.attention_impl=splash` and `pallas_flash`) are only '
     'validated in Pallas interpret mode on CPU here, for agreement with `explicit` '
     '(`tests/test_pallas.py`); no TPU was available, so their speed is not measured.')
