@@ -102,6 +102,52 @@ def test_model_flops_count_the_forward_matmuls_three_times(pooling):
   assert counted['total'] == counted['weights'] + counted['attention']
 
 
+def _stat(user, nice, system, idle, iowait, steal):
+  return (f'cpu  {user} {nice} {system} {idle} {iowait} 0 0 {steal} 7 7\n'
+          f'cpu0 1 2 3 4 5 0 0 0 0 0\nintr 12345 6 7\n')
+
+
+def test_machine_load_share_of_the_other_processes():
+  """From two synthetic /proc/stat snapshots (100 ticks/s) and this process's own CPU seconds:
+  the share of all cores that other processes used; guest ticks (already in user) not twice."""
+  sys.path.insert(0, ROOT)
+  from benchmarks import machine_load  # pylint: disable=g-import-not-at-top
+  assert machine_load.parse_loadavg('3.25 1.10 0.50 4/321 9876\n') == 3.25
+  busy, total = machine_load.parse_stat(_stat(1000, 50, 200, 5000, 100, 10), 100)
+  assert (busy, total) == pytest.approx((12.6, 63.6))  # (1000+50+200+10) / 100, all 8 fields / 100
+  before = machine_load.Snapshot(*machine_load.parse_stat(_stat(1000, 50, 200, 5000, 100, 10),
+                                                          100), own_s=2.0, load1=0.5)
+  # 4 s on 2 cores = 800 ticks: 500 busy (of which ours 3.0 s = 300 ticks), 300 idle.
+  after = machine_load.Snapshot(*machine_load.parse_stat(_stat(1400, 50, 290, 5250, 150, 20),
+                                                         100), own_s=5.0, load1=2.5)
+  assert machine_load.others_share(before, after) == pytest.approx(200 / 800)
+  load = machine_load.record(before, after, after, after)
+  assert load['others_before'] == pytest.approx(0.25) and load['others_during'] == 0.0
+  assert load['load1_before'] == 2.5 and machine_load.under_load(load)
+  quiet = dict(load, others_before=0.05)
+  assert not machine_load.under_load(quiet) and machine_load.under_load(None) is None
+  with pytest.raises(ValueError):
+    machine_load.parse_stat('intr 1 2\n', 100)
+
+
+def test_run_all_marks_figures_measured_under_load():
+  sys.path.insert(0, ROOT)
+  from benchmarks import run_all  # pylint: disable=g-import-not-at-top
+  figure = {'name': 'speed-up', 'value': 1.2, 'unit': 'x', 'goal': '', 'met': None, 'detail': ''}
+  load = {'load1_before': 1.0, 'load1_after': 1.0, 'others_before': 0.0, 'others_during': 0.4,
+          'others_after': 0.0}
+  result = lambda load: {'command': 'c', 'wall_s': 1.0, 'title': 'T', 'setup': 'S',
+                         'machine': 'm', 'versions': 'v', 'figures': [figure], 'load': load}
+  text = run_all.render({'hf_compare': result(load),
+                         'finetune': result(dict(load, others_during=0.02)),
+                         'pretrain': result(None)}, quick=False, total_s=1.0)
+  rows = {line.split(' | ')[0]: line for line in text.splitlines() if '| speed-up |' in line}
+  assert rows['| `hf_compare`'].endswith('| **under load** (40% of the cores to others) |')
+  assert rows['| `finetune`'].endswith('| quiet |')
+  assert rows['| `pretrain`'].endswith('| load not recorded |')
+  assert 'python benchmarks/run_all.py --only=hf_compare\n' in text
+
+
 def test_roofline_quick_runs(tmp_path):
   """The roofline script measures the matmul, the bandwidth and the step side by side and
   reports MFU and the elementwise parts' bandwidth fractions (tiny shapes: not a timed test)."""
