@@ -13,7 +13,8 @@
 #   bash benchmarks/gpu.sh --smoke               # tiny sizes; runs anywhere, e.g. on CPU
 #
 # Extra arguments go to benchmarks/accelerator.py; ROOFLINE_ARGS (a string) adds arguments to
-# roofline.py, ROOFLINE_ATTENTION (default cudnn) sets its attention. Results: stdout and
+# roofline.py, ROOFLINE_ATTENTION sets its attention (default: cudnn, or xla where
+# accelerator.py found that cuDNN's attention does not compile). Results: stdout and
 # $OUT/accelerator.json, $OUT/roofline.json ($OUT defaults to a temp dir). Needs a CUDA build of
 # jaxlib on the GPU machine.
 set -euo pipefail
@@ -30,12 +31,16 @@ timeout "${GPU_TIMEOUT:-540}" python benchmarks/accelerator.py --size=base --len
   --batch_size="${BATCH_SIZE:-32}" --dtype=bfloat16 --attention=auto --steps=20 \
   --json="$OUT/accelerator.json" "$@"
 echo "wrote $OUT/accelerator.json"
+# The attention accelerator.py compiled: cudnn, or xla where cuDNN's failed (it says why).
+attention=$(python -c 'import json, sys
+errors = json.load(open(sys.argv[1]))["attention_errors"]
+print("xla" if any(e.startswith("cudnn") for e in errors) else "cudnn")' "$OUT/accelerator.json")
 if [[ $SMOKE == 1 ]]; then
   roofline=(--quick --dtypes=bfloat16)
 else
   # An 8192^3 bf16 matmul and 2 GiB streamed: large enough to reach a GPU's limits.
   roofline=(--sizes=base --dtypes=bfloat16 --length=512 --batch_size="${BATCH_SIZE:-32}"
-            --attention_impl="${ROOFLINE_ATTENTION:-cudnn}" --matmul_size=8192
+            --attention_impl="${ROOFLINE_ATTENTION:-$attention}" --matmul_size=8192
             --stream_mib=2048 --rounds=5)
 fi
 # shellcheck disable=SC2086  # ROOFLINE_ARGS is split into arguments on purpose

@@ -116,8 +116,8 @@ def _carried(jitted, x) -> Callable[[], jax.Array]:
 
 
 def machine_limits(p: Plan) -> dict[str, tuple[Callable[[], object], float, float]]:
-  """name -> (call, work per call: FLOPs or bytes, XLA's FLOP count): the two matmuls and the
-  bandwidth op."""
+  """name -> (call, work per call: FLOPs or bytes, XLA's FLOP count): a matmul per dtype and
+  the bandwidth op."""
   out = {}
   keys = jax.random.split(jax.random.key(0), 2)
   matmul = jax.jit(jnp.matmul)
