@@ -2,7 +2,7 @@
 # One prepared accelerator check, two parts:
 # 1. benchmarks/accelerator.py: `base` train step at length 512 in bfloat16 with cuDNN fused
 #    attention (falls back to XLA attention, and says so, where cuDNN is unavailable): step
-#    time, tokens/s and MFU against the vendor's peak (analytic 6NT + attention FLOPs, and XLA
+#    time, tokens/s and MFU against the vendor's peak (FLOPs counted as MaxText does, and XLA
 #    cost_analysis FLOPs).
 # 2. benchmarks/roofline.py: this device's attainable bf16 matmul FLOP/s and memory bandwidth,
 #    measured, and the same step's MFU against them (model.attention_impl=cudnn), with RoPE,
