@@ -12,8 +12,9 @@ attention; ``auto`` tries cudnn and falls back to XLA's attention if it is unava
 so). Reports the median step time over ``--steps`` steps (each synchronised), tokens/s, and MFU =
 achieved FLOP/s / peak FLOP/s with FLOPs counted two ways:
 
-* analytic: 6 x (parameters outside embedding tables) x tokens  +  attention 12 x layers x
-  batch x length^2 x hidden (QK^T and PV, forward 4 B L^2 E, backward twice that);
+* analytic: as MaxText counts a training step (``benchmarks/model_flops.py``): 3 x the forward
+  FLOPs of the weight matmuls and of attention (QK^T and PV, 4 B T S H D), the last layer's
+  queries only at the CLS position, which is all the classifier computes there;
 * compiled: XLA's ``cost_analysis()['flops']`` of the compiled step (what the program computes;
   it includes the optimizer and elementwise work, and on GPU custom calls such as cuDNN
   attention may not be counted).
@@ -34,6 +35,7 @@ import numpy as np
 from absl import app, flags
 
 from benchmarks import common
+from benchmarks import model_flops
 
 flags.DEFINE_string('size', 'base', 'Model preset.')
 flags.DEFINE_integer('length', 512, 'Sequence length.')
@@ -69,19 +71,6 @@ def peak_tflops(device_kind: str, dtype: str) -> tuple[float | None, str]:
     if name.lower() in device_kind.lower():
       return table[dtype], f'table: {name}'
   return None, f'unknown device {device_kind!r}: pass --peak_tflops'
-
-
-def analytic_flops(params, cfg, batch_size: int, length: int) -> tuple[float, int]:
-  """(train-step FLOPs, parameters counted): 6 N T + 12 layers B L^2 E."""
-  def embedding_table(path) -> bool:
-    names = [getattr(p, 'key', str(p)) for p in path]
-    return any(n in ('word_embeddings', 'token_type_embeddings') for n in names) or (
-        'positions' in names and 'embedding' in names)
-  counted = sum(int(x.size) for path, x in jax.tree_util.tree_leaves_with_path(params)
-                if not embedding_table(path))
-  tokens = batch_size * length
-  attention = 12.0 * cfg.num_layers * batch_size * length**2 * cfg.hidden_size
-  return 6.0 * counted * tokens + attention, counted
 
 
 def build(c, batch, implementation):
@@ -126,7 +115,7 @@ def main(_):
     losses.append(float(metrics['loss_sum'] / metrics['count']))
   step_s = float(np.median(times))
   tokens = batch_size * length
-  flops_analytic, counted = analytic_flops(step.args[0].params, cfg, batch_size, length)
+  flops_analytic = model_flops.train_step(cfg, batch_size, length)['total']
   flops_compiled = step.flops
   peak, peak_source = peak_tflops(device.device_kind, FLAGS.dtype)
   achieved_analytic = flops_analytic / step_s
@@ -141,13 +130,13 @@ def main(_):
 
   pct = lambda x: 'n/a' if x is None else f'{x * 100:.1f}%'
   rows = [
-      ['preset', f'{size} ({step.num_params:,} params, {counted:,} outside embeddings)'],
+      ['preset', f'{size} ({step.num_params:,} params)'],
       ['batch x length', f'{batch_size} x {length} ({tokens:,} tokens/step)'],
       ['dtype / attention', f'{FLAGS.dtype} / {used}'],
       ['step time (median of %d)' % steps, f'{step_s * 1e3:.2f} ms '
        f'(min {min(times) * 1e3:.2f}, max {max(times) * 1e3:.2f})'],
       ['tokens/s', f'{tokens / step_s:,.0f}'],
-      ['FLOPs/step analytic (6NT + attn)', f'{flops_analytic / 1e12:.3f} TFLOP'],
+      ['FLOPs/step analytic (MaxText count)', f'{flops_analytic / 1e12:.3f} TFLOP'],
       ['FLOPs/step compiled (cost_analysis)', f'{flops_compiled / 1e12:.3f} TFLOP'],
       ['achieved', f'{achieved_analytic / 1e12:.1f} TFLOP/s analytic, '
        f'{achieved_compiled / 1e12:.1f} TFLOP/s compiled'],

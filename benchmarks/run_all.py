@@ -9,6 +9,9 @@ figures as JSON; the results of all benchmarks are kept in ``benchmarks/results.
 ``--only``, the others' previous results are kept) and rendered to the README: a summary table
 (figure, goal, met or not) and a table per benchmark, with the machine, library versions and the
 exact command. A benchmark that fails is reported as failed, with the end of its output.
+Around each benchmark the machine's load is recorded (``machine_load``: the 1-minute load
+average, the other processes' share of the cores before, during and after it); figures measured
+under load are marked in the README, which names them and the command that reruns them.
 ``gpu.sh`` needs an accelerator; here it is run with ``--smoke`` (tiny sizes, CPU) only to check
 that it works.
 """
@@ -28,6 +31,8 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
 from absl import app, flags  # pylint: disable=g-import-not-at-top
+
+from benchmarks import machine_load  # pylint: disable=g-import-not-at-top
 
 flags.DEFINE_bool('quick', False, 'Smaller sizes, fewer rounds (minutes); writes the README to '
                   'a temp file unless --out is given.')
@@ -62,8 +67,23 @@ BENCHMARKS = {
                     ['--batch_size=8', '--length=64', '--repeats=2']),
     'profile_step': ('profile_step.py', ['--compare=none', '--top=0'],
                      ['--size=tiny', '--length=64', '--steps=2', '--compare=none', '--top=0']),
+    'roofline': ('roofline.py', [], ['--quick']),
     'accelerator_smoke': ('accelerator.py', ['--smoke'], ['--smoke']),
 }
+
+
+def _run_script(args: list[str]) -> tuple[str, str, int, float]:
+  """(stdout, stdout + stderr, exit code (-1: timed out), wall seconds) of one benchmark."""
+  start = time.perf_counter()
+  try:
+    proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=FLAGS.timeout,
+                          check=False)
+    stdout, output, returncode = proc.stdout, proc.stdout + proc.stderr, proc.returncode
+  except subprocess.TimeoutExpired as e:
+    stdout = (e.stdout or b'').decode() if isinstance(e.stdout, bytes) else (e.stdout or '')
+    output = stdout + f'\nTIMEOUT after {FLAGS.timeout} s'
+    returncode = -1
+  return stdout, output, returncode, time.perf_counter() - start
 
 
 def run_one(name: str, quick: bool, json_dir: str) -> dict:
@@ -72,18 +92,12 @@ def run_one(name: str, quick: bool, json_dir: str) -> dict:
   args = [sys.executable, os.path.join('benchmarks', script)] + (short if quick else full)
   command = ' '.join(['python'] + args[1:])
   print(f'=== {name}: {command}', flush=True)
-  start = time.perf_counter()
-  try:
-    proc = subprocess.run(args + [f'--json={json_path}'], cwd=ROOT, capture_output=True,
-                          text=True, timeout=FLAGS.timeout, check=False)
-    stdout, output, returncode = proc.stdout, proc.stdout + proc.stderr, proc.returncode
-  except subprocess.TimeoutExpired as e:
-    stdout = (e.stdout or b'').decode() if isinstance(e.stdout, bytes) else (e.stdout or '')
-    output = stdout + f'\nTIMEOUT after {FLAGS.timeout} s'
-    returncode = -1
-  wall = time.perf_counter() - start
+  (stdout, output, returncode, wall), load = machine_load.watch(
+      lambda: _run_script(args + [f'--json={json_path}']))
   print(stdout if returncode == 0 else output[-4000:], flush=True)
-  result = {'name': name, 'command': command, 'wall_s': wall, 'returncode': returncode}
+  print(machine_load.describe(load), flush=True)
+  result = {'name': name, 'command': command, 'wall_s': wall, 'returncode': returncode,
+            'load': load}
   if returncode == 0 and os.path.exists(json_path):
     with open(json_path) as f:
       result.update(json.load(f))
@@ -116,13 +130,38 @@ def met_text(fig: dict) -> str:
 
 
 _ACCELERATORS = (
-    '`benchmarks/gpu.sh` (which runs `benchmarks/accelerator.py`) reports step time, tokens/s and '
-    'MFU of the `base` train step at length 512 in bfloat16 with cuDNN fused attention. It has '
-    'not been run on a GPU for this file (no accelerator was available); `accelerator_smoke` '
-    'above is its `--smoke` run on this CPU, which only shows that the script works.\n\n'
+    '`benchmarks/gpu.sh` (which runs `benchmarks/accelerator.py` and `benchmarks/roofline.py`) '
+    'reports step time, tokens/s and MFU of the `base` train step at length 512 in bfloat16 '
+    'with cuDNN fused attention, against the vendor peak and against the bf16 matmul FLOP/s '
+    'and bandwidth it measures. It has not been run on a GPU for this file (no accelerator was '
+    'available); `accelerator_smoke` above is its `--smoke` run on this CPU, which only shows '
+    'that the script works.\n\n'
     'The Pallas TPU attention kernels (`model.attention_impl=splash` and `pallas_flash`) are only '
     'validated in Pallas interpret mode on CPU here, for agreement with `explicit` '
     '(`tests/test_pallas.py`); no TPU was available, so their speed is not measured.')
+
+
+def load_text(result: dict) -> str:
+  """The summary's `measured` cell of a benchmark's figures."""
+  loaded = machine_load.under_load(result.get('load'))
+  if loaded is None:
+    return 'load not recorded'
+  if not loaded:
+    return 'quiet'
+  return f'**under load** ({machine_load.others_peak(result["load"]):.0%} of the cores to others)'
+
+
+def load_note(results: dict) -> list[str]:
+  """README lines naming the benchmarks measured under load, with the command that reruns them
+  (none when every one ran on a quiet machine)."""
+  loaded = [name for name, r in results.items() if machine_load.under_load(r.get('load'))]
+  if not loaded:
+    return []
+  return [f'**Measured under load: {", ".join(f"`{n}`" for n in loaded)}** (other processes '
+          f'used more than {machine_load.UNDER_LOAD_SHARE:.0%} of the cores before, during or '
+          'after them; `measured` column below). Their figures are not the reference ones: '
+          'rerun them on a quiet machine with',
+          '', '```bash', f'python benchmarks/run_all.py --only={",".join(loaded)}', '```', '']
 
 
 def render(results: dict, quick: bool, total_s: float | None) -> str:
@@ -154,24 +193,26 @@ def render(results: dict, quick: bool, total_s: float | None) -> str:
       'a step\'s time goes (`python benchmarks/profile_step.py --compare=none` also writes the '
       'HLO and a trace for TensorBoard/Perfetto).',
       '',
+  ] + load_note(results) + [
       '## Summary',
       '',
-      '| benchmark | figure | value | goal | status | detail |',
-      '|---|---|---|---|---|---|',
+      '| benchmark | figure | value | goal | status | detail | measured |',
+      '|---|---|---|---|---|---|---|',
   ]
   for name, r in results.items():
     if 'error' in r:
-      lines.append(f'| `{name}` | (failed) | | | **failed** | see below |')
+      lines.append(f'| `{name}` | (failed) | | | **failed** | see below | |')
       continue
     for fig in r.get('figures', []):
       lines.append(f'| `{name}` | {fig["name"]} | {fmt_value(fig)} | {fig.get("goal", "")} | '
-                   f'{met_text(fig)} | {fig.get("detail", "")} |')
+                   f'{met_text(fig)} | {fig.get("detail", "")} | {load_text(r)} |')
   for name, r in results.items():
     lines += ['', f'## `{name}`: {r.get("title", "")}', '', '```bash', r['command'], '```', '']
     if 'error' in r:
       lines += [f'Failed (exit code {r["returncode"]}):', '', '```', r['error'], '```']
       continue
-    lines += [r.get('setup', '') + f'. Wall time {r["wall_s"]:.0f} s.', '']
+    lines += [r.get('setup', '') + f'. Wall time {r["wall_s"]:.0f} s. '
+              + machine_load.describe(r.get('load')), '']
     header, rows = r.get('header'), r.get('rows', [])
     if header:
       lines.append('| ' + ' | '.join(map(str, header)) + ' |')
