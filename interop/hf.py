@@ -174,7 +174,7 @@ def hf_fields(hf_config: Mapping[str, Any] | Any, *,
       layer_norm_eps=float(c.get('layer_norm_eps', 1e-12)), pooling='cls',
       type_vocab_size=int(c.get('type_vocab_size', 2)),
       max_length=int(c.get('max_position_embeddings', 512)))
-  rope_fields = dict(base=HF_ROPE_BASE, layout=layout, rotary_dim=None, scaling='none',
+  rope_fields = dict(base=HF_ROPE_BASE, layout=layout, rotary_dim=None, p=1.0, scaling='none',
                      xpos=False, rotary_value=bool(c.get('rotary_value', False)))
   return model, rope_fields
 
