@@ -1,9 +1,11 @@
-"""p-RoPE (``rope.p``, Barbero et al. 2025): the frequencies against numbers computed here and
-the authors' test values, the limits p=1 (RoPE) and p=0 (NoPE), the difference from
-``rope.rotary_dim``, the refusals, and the role of the new field."""
+"""p-RoPE (``rope.p``, Barbero et al. 2025) and per-layer NoPE/scheme hybrids
+(``model.nope_layers`` / ``model.nope_interval``): the frequencies against numbers computed here,
+the limits p=1 (RoPE) and p=0 (NoPE), the difference from ``rope.rotary_dim``, what a NoPE layer
+sees, the refusals, and the roles the new fields carry."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import jax
@@ -14,14 +16,21 @@ from flax import nnx
 
 import models
 import rope
+import settings
+import storage
 from configs.default import get_config
 from interop import export
+from models import encoder
+from models import positions as positions_lib
 from training import config as config_lib
 from training import evaluation
 from training import init_from
 
 VOCAB, CLASSES = 30, 3
 SMALL = {'hidden_size': 16, 'num_heads': 2, 'mlp_dim': 32, 'init_std': 0.2}
+PER_LAYER = ('rotary', 'alibi', 't5', 'shaw')
+SCHEME_HOOKS = {'rotary': positions_lib.RotaryHooks, 'alibi': positions_lib.PairBiasHooks,
+                't5': positions_lib.PairBiasHooks, 'shaw': positions_lib.ShawHooks}
 
 
 def make_cfg(**overrides) -> models.ModelConfig:
@@ -136,12 +145,100 @@ def test_p_refusals_name_the_fields(overrides, phrase):
     make_cfg(**overrides)
 
 
+# ------------------------------------------------------------------------------- hybrids
+
+
+@pytest.mark.parametrize('position', PER_LAYER)
+def test_a_nope_layer_sees_no_positions(position):
+  """A 1-layer model whose layer is NoPE ignores the positions entirely (shifted, reversed,
+  repeated) and is the model without positions: same shared weights, same logits."""
+  cfg = make_cfg(position=position, num_layers=1, nope_layers='0')
+  ordered = np.broadcast_to(np.arange(10), (2, 10))
+  base = logits(cfg, ordered)
+  for positions in (ordered + 7, ordered[:, ::-1], np.zeros((2, 10), int)):
+    np.testing.assert_allclose(logits(cfg, positions), base, atol=1e-6)
+  np.testing.assert_allclose(logits(make_cfg(position='none', num_layers=1), ordered), base,
+                             atol=1e-6)
+  scheme = make_cfg(position=position, num_layers=1)
+  assert not np.allclose(logits(scheme, ordered[:, [3, 0, 7, 1, 9, 2, 5, 8, 4, 6]]),
+                         logits(scheme, ordered), atol=1e-4)
+
+
+@pytest.mark.parametrize('position', PER_LAYER)
+def test_the_other_layers_keep_the_scheme(position):
+  """Layers 0 and 2 of 3 get the scheme's hooks (Shaw's tables drawn for them only), layer 1
+  none; the model still reads the order and a relative scheme stays shift-invariant."""
+  cfg = make_cfg(position=position, num_layers=3, nope_layers='1')
+  model = nnx.merge(*models.init(cfg, jax.random.key(0, impl='rbg')))
+  hooks = [type(layer.attention.positions) for layer in model.layers]
+  assert hooks[1] is encoder.NoPositionHooks
+  assert hooks[0] is hooks[2] is SCHEME_HOOKS[position]
+  if position == 'shaw':
+    tables = [layer.attention.positions for layer in model.layers]
+    assert [hasattr(t, 'key_table') for t in tables] == [True, False, True]
+  ordered = np.broadcast_to(np.arange(10), (2, 10))
+  base = logits(cfg, ordered)
+  np.testing.assert_allclose(logits(cfg, ordered + 50), base, atol=1e-5)
+  shuffled = ordered[:, [3, 0, 7, 1, 9, 2, 5, 8, 4, 6]]  # ALiBi's |i - j| ignores a reversal
+  assert not np.allclose(logits(cfg, shuffled), base, atol=1e-4)
+
+
+def test_chunked_attention_and_causal_masks_agree_with_a_hybrid():
+  """ALiBi shares its bias through the context; its NoPE layer takes none, per block too."""
+  ordered = np.broadcast_to(np.arange(12), (2, 12))
+  common = dict(position='alibi', num_layers=2, nope_layers='0', **{'train.task': 'clm'})
+  explicit = logits(make_cfg(attention_impl='explicit', **common), ordered)
+  chunked = logits(make_cfg(attention_impl='chunked', attention_chunk_size=4, **common), ordered)
+  np.testing.assert_allclose(chunked, explicit, atol=1e-5)
+  ids = np.random.default_rng(1).integers(1, VOCAB, size=(2, 12))
+  changed = ids.copy()
+  changed[:, 8:] = (changed[:, 8:] % (VOCAB - 1)) + 1  # later tokens only
+  cfg = make_cfg(attention_impl='explicit', **common)
+  np.testing.assert_allclose(logits(cfg, ordered, jnp.asarray(changed))[:, :8],
+                             logits(cfg, ordered, jnp.asarray(ids))[:, :8], atol=1e-6)
+
+
+def test_interval_follows_llama4_and_smollm3():
+  """transformers' default no_rope_layers (Llama4TextConfig, SmolLM3Config) is
+  int((i + 1) % no_rope_layer_interval != 0) per layer, 1 meaning RoPE: 0 marks the NoPE ones."""
+  hf_mask = [int((i + 1) % 4 != 0) for i in range(8)]
+  cfg = make_cfg(num_layers=8, nope_interval=4)
+  assert cfg.position_free_layers == tuple(i for i, uses in enumerate(hf_mask) if not uses)
+  assert cfg.position_free_layers == make_cfg(num_layers=8, nope_layers='7,3').position_free_layers
+
+
+@pytest.mark.parametrize('overrides, phrase', [
+    ({'nope_layers': '2'}, r'model.nope_layers=2 must name distinct layers 0 \.\. 1'),
+    ({'nope_layers': '-1'}, 'model.nope_layers=-1 must name distinct layers'),
+    ({'nope_interval': -2}, 'model.nope_interval must be >= 0'),
+    ({'nope_interval': 3}, r'model.nope_interval=3 makes no layer of the 2 NoPE'),
+    ({'nope_interval': 2, 'nope_layers': '0'}, 'set one of them'),
+    ({'nope_layers': '0', 'position': 'sinusoidal'},
+     "model.position='sinusoidal' has none: it adds positions to the embeddings"),
+    ({'nope_layers': '0', 'position': 'learned'}, 'valid choices are: .*rotary'),
+    ({'nope_layers': '0', 'position': 'none'}, "model.position='none' has none"),
+])
+def test_hybrid_refusals_name_the_field(overrides, phrase):
+  with pytest.raises(ValueError, match=phrase):
+    make_cfg(**overrides)
+
+
+def test_a_layer_given_twice_is_refused():
+  with pytest.raises(ValueError, match='more than once'):
+    make_cfg(nope_layers='1,1')
+  with pytest.raises(ValueError, match='must name distinct layers'):  # typed, past the CLI
+    make_cfg().replace(nope_layers=(1, 1))
+  assert make_cfg().replace(nope_layers=[1]).nope_layers == (1,)  # a saved JSON list: hashable
+
+
 @pytest.mark.parametrize('overrides, field', [
+    ({'nope_layers': '1'}, 'model.nope_layers'),
+    ({'nope_interval': 2}, 'model.nope_interval'),
     ({'rope.p': 0.75}, 'rope.p'),
 ])
 def test_hugging_face_export_refuses_by_name(overrides, field):
-  """transformers' RoFormer rotates every pair (RoFormerConfig has no partial switch): a
-  ValueError, so the CLI exits with status 2."""
+  """transformers' RoFormer rotates in every layer at every frequency (RoFormerConfig has no
+  per-layer or partial switch): a ValueError, so the CLI exits with status 2."""
   with pytest.raises(ValueError, match=f'cannot express this model: {field}='):
     export.check_exportable(make_cfg(**overrides))
 
@@ -149,9 +246,34 @@ def test_hugging_face_export_refuses_by_name(overrides, field):
 # ------------------------------------------------------------------------------- roles
 
 
-def test_p_reaches_the_derived_sets():
-  assert 'rope.p' in config_lib.RESULT_FIELDS and 'rope.p' in config_lib.FIXED_ON_RESUME
-  assert 'rope.p' not in config_lib.EVALUATION_FIELDS + config_lib.PARAMETER_FIELDS
-  assert 'rope.p' in init_from._CHECKPOINT_FIELDS  # pylint: disable=protected-access
+def test_the_new_fields_reach_the_derived_sets():
+  new = {'model.nope_layers', 'model.nope_interval', 'rope.p'}
+  assert new <= set(config_lib.RESULT_FIELDS) and new <= set(config_lib.FIXED_ON_RESUME)
+  assert not new & set(config_lib.EVALUATION_FIELDS)
+  assert new & set(config_lib.PARAMETER_FIELDS) == {'model.nope_layers', 'model.nope_interval'}
+  assert new <= set(init_from._CHECKPOINT_FIELDS)  # pylint: disable=protected-access
   with pytest.raises(ValueError, match='rope.p cannot change at evaluation'):
     evaluation.parse_overrides(['rope.p=0.5'])
+  flags = config_lib.defaults()
+  assert flags.model.nope_layers == '' and flags.model.nope_interval == 0 and flags.rope.p == 1.0
+  flags.model.nope_layers = '1, 0'
+  run = config_lib.run_config(flags)
+  assert run.model.nope_layers == (1, 0)
+  assert config_lib.run_config(json.loads(json.dumps(settings.to_dict(run)))) == run
+
+
+@pytest.mark.parametrize('source_kind', ['workdir', 'huggingface'])
+def test_init_from_refuses_a_source_with_other_nope_layers(tmp_path, source_kind):
+  source = str(tmp_path / 'source')
+  storage.makedirs(source)
+  if source_kind == 'workdir':
+    saved = settings.to_dict(config_lib.RunConfig())
+  else:
+    saved = {'model_type': 'roformer', 'hidden_size': 64, 'num_attention_heads': 4,
+             'num_hidden_layers': 2, 'intermediate_size': 128, 'type_vocab_size': 0}
+  storage.write_json(f'{source}/config.json', saved)
+  run = settings.replace(config_lib.RunConfig(), {
+      'train.init_from': source, 'model.nope_layers': (1,)})
+  with pytest.raises(init_from.InitFromError,
+                     match=r'model.nope_layers \(\(\) there, \(1,\) here\).*nope_layers=\.'):
+    init_from.check_source(run)
