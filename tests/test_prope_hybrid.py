@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -19,6 +22,7 @@ import rope
 import settings
 import storage
 from configs.default import get_config
+from data import datasets
 from interop import export
 from models import encoder
 from models import positions as positions_lib
@@ -26,6 +30,7 @@ from training import config as config_lib
 from training import evaluation
 from training import init_from
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VOCAB, CLASSES = 30, 3
 SMALL = {'hidden_size': 16, 'num_heads': 2, 'mlp_dim': 32, 'init_std': 0.2}
 PER_LAYER = ('rotary', 'alibi', 't5', 'shaw')
@@ -112,6 +117,25 @@ def test_p_is_not_rotary_dim():
     assert set(changed).isdisjoint(unrotated) and len(changed) == 8, layout
     np.testing.assert_array_equal(partial[8:], np.asarray(x)[0, 0, 0, 8:])
     assert not np.allclose(partial, p_rope)
+
+
+def test_p_composes_with_rotary_dim_and_the_layouts():
+  """p counts the pairs of the rotary_dim rotated features; converting the features to the other
+  layout gives the same query-key products, as for RoPE."""
+  positions = jnp.asarray([[0, 4, 9, 30]])
+  tables = rope.Rotary(head_dim=16, rotary_dim=8, p=0.5).tables(positions)
+  np.testing.assert_allclose(tables.sin[..., :2], rope.Rotary(head_dim=16, rotary_dim=8).tables(
+      positions).sin[..., :2], rtol=1e-6)
+  assert not np.any(tables.sin[..., 2:]) and np.all(tables.cos[..., 2:] == 1.0)
+  q, k = jax.random.normal(jax.random.key(3), (2, 1, 4, 1, 16))
+  to_half = rope.layout_permutation(16, src='interleaved', dst='half')
+
+  def products(q, k, layout):
+    rq, rk = (rope.apply_rotary(x, positions, p=0.5, layout=layout) for x in (q, k))
+    return np.asarray(jnp.einsum('blhd,bshd->bhls', rq, rk))
+
+  np.testing.assert_allclose(products(q[..., to_half], k[..., to_half], 'half'),
+                             products(q, k, 'interleaved'), atol=1e-5)
 
 
 @pytest.mark.parametrize('p', [0.25, 0.5, 0.75])
@@ -241,6 +265,23 @@ def test_hugging_face_export_refuses_by_name(overrides, field):
   per-layer or partial switch): a ValueError, so the CLI exits with status 2."""
   with pytest.raises(ValueError, match=f'cannot express this model: {field}='):
     export.check_exportable(make_cfg(**overrides))
+
+
+def test_the_export_script_refuses_a_hybrid_as_a_user_error(tmp_path):
+  """scripts/export_hf.py on a run with NoPE layers exits with status 2 naming the field, before
+  it reads a parameter (the run has none here) or writes anything."""
+  workdir, out = tmp_path / 'run', tmp_path / 'hf'
+  storage.makedirs(str(workdir))
+  run = settings.replace(config_lib.RunConfig(), {'model.nope_layers': (1,)})
+  storage.write_json(str(workdir / 'config.json'), settings.to_dict(run))
+  datasets.save_info(datasets.DatasetInfo(
+      name='files', num_classes=2, class_names=('a', 'b'), vocab_size=VOCAB, train_length=16,
+      eval_splits={}, num_train_examples=1), str(workdir))
+  proc = subprocess.run([sys.executable, 'scripts/export_hf.py', f'--workdir={workdir}',
+                         f'--out={out}'], cwd=ROOT, capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 2, proc.stderr[-2000:]
+  assert 'cannot express this model: model.nope_layers=(1,)' in proc.stderr
+  assert not out.exists()
 
 
 # ------------------------------------------------------------------------------- roles
