@@ -60,9 +60,11 @@ def is_converted(directory: str) -> bool:
 def checkpoint_fields(directory: str, layout: str) -> dict[str, Any]:
   """The dotted model and rope fields the parameters of a conversion or a Hugging Face checkpoint
   (read in rotary ``layout``) were made for."""
+  every_layer = {f'model.{name}': value for name, value in hf.HF_EVERY_LAYER.items()}
   if is_converted(directory):
-    return storage.read_json(os.path.join(directory, CONVERTED_METADATA))['overrides']
-  return hf.dotted(*hf.hf_fields(hf.load_hf_config(directory), layout=layout))
+    return {**storage.read_json(os.path.join(directory, CONVERTED_METADATA))['overrides'],
+            **every_layer}
+  return {**hf.dotted(*hf.hf_fields(hf.load_hf_config(directory), layout=layout)), **every_layer}
 
 
 def load_checkpoint(directory: str, base: ModelConfig) -> hf.HFRoFormer:

@@ -39,13 +39,16 @@ def check_exportable(cfg: ModelConfig) -> None:
           ('model.dual_encoder', cfg.dual_encoder, False),
           ('rope.base', rope_cfg.base, HF_ROPE_BASE), ('rope.scaling', rope_cfg.scaling, 'none'),
           ('rope.xpos', rope_cfg.xpos, False),
-          ('rope.rotary_dim', rope_cfg.rotary_dim or cfg.head_dim, cfg.head_dim))
+          ('rope.rotary_dim', rope_cfg.rotary_dim or cfg.head_dim, cfg.head_dim),
+          ('rope.p', rope_cfg.p, 1.0),
+          # RoFormer rotates in every layer; transformers has no per-layer switch
+          ('model.nope_layers', cfg.nope_layers, ()), ('model.nope_interval', cfg.nope_interval, 0))
       if value != want]
   if problems:
     raise ValueError('Hugging Face RoFormer cannot express this model: '
                      + '; '.join(problems) + '. Only a post-LN softmax encoder with full '
-                     'rotary positions (base 10000, no scaling), CLS pooling and one input '
-                     'exports; other schemes stay in this codebase.')
+                     'rotary positions in every layer (base 10000, every frequency, no scaling), '
+                     'CLS pooling and one input exports; other schemes stay in this codebase.')
 
 
 def export_state_dict(params: Mapping[Any, Any], cfg: ModelConfig,

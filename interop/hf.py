@@ -174,9 +174,13 @@ def hf_fields(hf_config: Mapping[str, Any] | Any, *,
       layer_norm_eps=float(c.get('layer_norm_eps', 1e-12)), pooling='cls',
       type_vocab_size=int(c.get('type_vocab_size', 2)),
       max_length=int(c.get('max_position_embeddings', 512)))
-  rope_fields = dict(base=HF_ROPE_BASE, layout=layout, rotary_dim=None, scaling='none',
+  rope_fields = dict(base=HF_ROPE_BASE, layout=layout, rotary_dim=None, p=1.0, scaling='none',
                      xpos=False, rotary_value=bool(c.get('rotary_value', False)))
   return model, rope_fields
+
+
+# HF RoFormer rotates in every layer: a conversion has no NoPE layers, whatever ``base`` has.
+HF_EVERY_LAYER = {'nope_layers': (), 'nope_interval': 0}
 
 
 def dotted(model: Mapping[str, Any], rope_fields: Mapping[str, Any]) -> dict[str, Any]:
@@ -196,7 +200,7 @@ def model_config(hf_config: Mapping[str, Any] | Any, base: ModelConfig, *,
   model, rope_fields = hf_fields(c, layout=layout)
   if num_classes is None:
     num_classes = len(c['id2label']) if c.get('id2label') else int(c.get('num_labels', 2))
-  return base.replace(**{**model, **changes}, vocab_size=int(c['vocab_size']),
+  return base.replace(**{**model, **HF_EVERY_LAYER, **changes}, vocab_size=int(c['vocab_size']),
                       num_classes=int(num_classes),
                       rope=dataclasses.replace(base.rope, **rope_fields))
 

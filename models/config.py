@@ -80,6 +80,13 @@ class ModelSettings:
   size: str = settings.setting('tiny', P)
   # Position scheme: none | sinusoidal | learned | shaw | t5 | alibi | rotary.
   position: str = settings.setting('rotary', P)
+  # Per-layer hybrids: these layers (0-based) get no position information (NoPE), the others the
+  # scheme's hooks (rotation, logits bias, value term); schemes that add to the embeddings
+  # (sinusoidal, learned) reach every layer through the residual stream, so they refuse it.
+  nope_layers: tuple[int, ...] = settings.setting((), P, items=int, example='3,7')
+  # Instead of nope_layers: layer i is NoPE when (i + 1) % nope_interval == 0 (0: off), as
+  # transformers' no_rope_layer_interval (Llama 4's iRoPE and SmolLM3 use 4: layers 3, 7, ...).
+  nope_interval: int = settings.setting(0, P)
   # Attention kind: softmax | linear (paper eq. 19).
   attention: str = settings.setting('softmax', P)
   # Softmax attention: 'explicit' (written out), 'xla' or 'cudnn' (jax.nn.dot_product_attention;
@@ -159,8 +166,10 @@ class ModelConfig(ModelSettings):
     _choice('train.task', self.task, TASKS)
     for name, value in self.sizes().items():
       object.__setattr__(self, name, value)
+    object.__setattr__(self, 'nope_layers', tuple(self.nope_layers))  # a JSON list: hashable
     self._check()
     positions.validate(self)
+    self._check_nope_layers()
 
   def _check(self) -> None:
     _positive('vocab_size', self.vocab_size)
@@ -216,6 +225,44 @@ class ModelConfig(ModelSettings):
                        f'from the probabilities, which model.attention_impl={impl} never forms; '
                        'set model.shaw_values=False or use model.attention_impl=explicit, xla '
                        'or chunked.')
+
+  def _check_nope_layers(self) -> None:
+    """The per-layer hybrid (``model.nope_layers`` / ``nope_interval``) fits this model."""
+    given, interval, n = self.nope_layers, self.nope_interval, self.num_layers
+    if not given and not interval:
+      return
+    field = 'model.nope_layers' if given else f'model.nope_interval={interval}'
+    if given and interval:
+      raise ValueError(f'model.nope_layers={",".join(map(str, given))} and '
+                       f'model.nope_interval={interval} both name the NoPE layers; set one of '
+                       'them (the other to empty / 0).')
+    if interval < 0:
+      raise ValueError(f'model.nope_interval must be >= 0 (0: off), got {interval}.')
+    bad = [i for i in given if not 0 <= i < n]
+    if bad or len(set(given)) != len(given):
+      raise ValueError(f'model.nope_layers={",".join(map(str, given))} must name distinct '
+                       f'layers 0 .. {n - 1} (model.num_layers={n}, 0-based), each once.')
+    if interval > n:  # a setting that silently changes nothing
+      raise ValueError(f'{field} makes no layer of the {n} NoPE ((i + 1) % {interval} == 0 for '
+                       f'none of i = 0 .. {n - 1}); lower it or set it to 0.')
+    per_layer = [name for name, scheme in positions.SCHEMES.items() if name != 'none'
+                 and scheme.embed is positions.PositionScheme.embed]
+    if self.position not in per_layer:
+      raise ValueError(
+          f'{field} removes a scheme\'s per-layer terms (rotation, logits bias, value term), '
+          f'but model.position={self.position!r} has none: '
+          + ('it adds no position information. ' if self.position == 'none' else
+             'it adds positions to the embeddings, which every layer reads through the residual '
+             'stream. ')
+          + f'With NoPE layers valid choices are: {", ".join(per_layer)}; or reset '
+          f'{field.split("=")[0]}.')
+
+  @property
+  def position_free_layers(self) -> tuple[int, ...]:
+    """The layers without position information (``model.nope_layers`` or ``nope_interval``)."""
+    if self.nope_interval > 0:
+      return tuple(i for i in range(self.num_layers) if (i + 1) % self.nope_interval == 0)
+    return tuple(sorted(self.nope_layers))
 
   @property
   def language_model(self) -> bool:

@@ -126,6 +126,15 @@ class EncoderLayer(nnx.Module):
     return sharding.constrain(x_BxTxE, _HIDDEN)
 
 
+class NoPositionHooks(positions_lib.LayerHooks):
+  """A NoPE layer of a per-layer hybrid (``model.nope_layers``): no rotation, value term or
+  bias, not even the bias the scheme shares with the other layers through the context (ALiBi's,
+  T5's); it draws no parameters."""
+
+  def bias(self, q_BxLxHxD: jax.Array, ctx: positions_lib.PositionContext) -> None:
+    del q_BxLxHxD, ctx
+
+
 class ClassificationHead(nnx.Module):
   """HF's RoFormerClassificationHead: dropout -> dense -> GELU -> dropout -> out_proj."""
 
@@ -174,8 +183,10 @@ class Classifier(nnx.Module):
     self.embeddings_project = nnx.data(None) if cfg.embedding_size == cfg.hidden_size else _dense(
         cfg, cfg.embedding_size, cfg.hidden_size, (None, sharding.EMBED), rngs=rngs)
     self.positions = positions_lib.build(cfg, rngs=rngs)
-    self.layers = nnx.List([EncoderLayer(cfg, self.positions.layer_hooks(rngs=rngs), rngs=rngs)
-                            for _ in range(cfg.num_layers)])
+    nope = cfg.position_free_layers
+    self.layers = nnx.List([
+        EncoderLayer(cfg, NoPositionHooks() if i in nope else self.positions.layer_hooks(rngs=rngs),
+                     rngs=rngs) for i in range(cfg.num_layers)])
     pre_norm = cfg.norm == 'pre'
     self.final_norm = _layer_norm(cfg, cfg.hidden_size, rngs=rngs) if pre_norm else nnx.data(None)
     # Two towers: the head reads [u, v, u*v, u-v] of a pair's pooled vectors (LRA's 'NLI'

@@ -447,7 +447,8 @@ class RotaryHooks(LayerHooks):
     return self.rotary.apply(x_BxLxHxD, ctx.rotary_tables, role=role)
 
 
-@register('rotary', options=('rope.rotary_dim', 'rope.scaling', 'rope.xpos', 'rope.rotary_value'))
+@register('rotary', options=('rope.rotary_dim', 'rope.p', 'rope.scaling', 'rope.xpos',
+                             'rope.rotary_value'))
 class Rotary(PositionScheme):
   """RoPE (Su et al. 2021) with every ``rope`` option; values too with ``rope.rotary_value``."""
 

@@ -36,6 +36,10 @@ class RopeConfig:
   layout: str = _setting('interleaved', at_evaluation=False)
   # rotate only the first rotary_dim features of a head (None: all)
   rotary_dim: int | None = _setting(None, at_evaluation=False)
+  # p-RoPE (Barbero et al. 2025): of the d rotated features, the floor(p * d / 2) highest-frequency
+  # pairs keep their frequencies, the others get frequency 0 (never rotated: position-free).
+  # 1: RoPE; 0: no rotation (NoPE). Unlike rotary_dim, every feature keeps its pair's theta_i.
+  p: float = _setting(1.0, at_evaluation=False)
   # frequency scaling for length extrapolation (rope.frequencies)
   scaling: str = _setting('none', at_evaluation=True)
   scaling_factor: float = _setting(1.0, at_evaluation=True)  # the extension factor s (1: plain)
@@ -66,6 +70,13 @@ class RopeConfig:
     _choice('yarn_ramp', self.yarn_ramp, YARN_RAMPS)
     if not self.base > 1.0:
       raise ValueError(f'RoPE base must be > 1, got {self.base}.')
+    if not 0.0 <= self.p <= 1.0:
+      raise ValueError('rope.p must be in [0, 1] (the fraction of rotated pairs p-RoPE keeps; '
+                       f'1: RoPE, 0: no rotation), got {self.p}.')
+    if self.xpos and self.p < 1.0:
+      raise ValueError('rope.xpos=True scales every pair by zeta_i^(+-m), so the pairs '
+                       f'rope.p={self.p} leaves unrotated would still decay with distance and '
+                       'not be position-free; set rope.p=1.0 or rope.xpos=False.')
     for name in ('scaling_factor', 'original_max_length', 'xpos_scale_base'):
       if not getattr(self, name) > 0:
         raise ValueError(f'RoPE {name} must be > 0, got {getattr(self, name)}.')
@@ -88,7 +99,7 @@ class RopeConfig:
     """Config paths of the switches that change what RoPE computes, set away from defaults (to
     refuse them for position schemes that would silently ignore them)."""
     default = RopeConfig()
-    return [f'rope.{name}' for name in ('rotary_dim', 'scaling', 'xpos', 'rotary_value')
+    return [f'rope.{name}' for name in ('rotary_dim', 'p', 'scaling', 'xpos', 'rotary_value')
             if getattr(self, name) != getattr(default, name)]
 
 

@@ -23,6 +23,12 @@ at s * L. Computed in float64 NumPy at trace time (static arguments only), then 
 * ``llama3``: Llama 3.1's frequency scaling (Meta 2024, "The Llama 3 Herd of Models"): wavelengths
   shorter than L / high_freq_factor kept, longer than L / low_freq_factor divided by s, a smooth
   interpolation between.
+
+p-RoPE (Barbero et al. 2025, "Round and Round We Go! What makes Rotary Positional Encodings
+useful?", ICLR 2025; ``rope.p``) is applied after the scaling: of the d/2 pairs, the first
+floor(p * d / 2) (the highest frequencies) keep theta_i, the rest get theta_i = 0 and are never
+rotated. The count is the paper's ``int(p * d // 2)`` (its appendix code, and Gemma's
+``apply_rope(rope_proportion=p)``); 0 and 1 are NoPE and RoPE exactly.
 """
 
 from __future__ import annotations
@@ -45,6 +51,11 @@ def _yarn_keep(theta: np.ndarray, d: int, base: float, config: RopeConfig) -> np
   low, high = max(math.floor(index(fast)), 0), min(math.ceil(index(slow)), d - 1)
   high = high if high > low else low + 1e-3
   return 1.0 - np.clip((np.arange(d // 2) - low) / (high - low), 0.0, 1.0)
+
+
+def rotated_pairs(rotary_dim: int, p: float) -> int:
+  """The number of pairs p-RoPE rotates: the first floor(p * rotary_dim / 2)."""
+  return int(p * rotary_dim // 2)
 
 
 def inv_frequencies(rotary_dim: int, config: RopeConfig = RopeConfig(),
@@ -73,4 +84,5 @@ def inv_frequencies(rotary_dim: int, config: RopeConfig = RopeConfig(),
     blended = (1.0 - smooth) * theta / s + smooth * theta
     theta = np.where(wavelength < context / high, theta,
                      np.where(wavelength > context / low, theta / s, blended))
+  theta[rotated_pairs(d, config.p):] = 0.0
   return theta.astype(np.float32)

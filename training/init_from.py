@@ -98,7 +98,12 @@ def check_source(config: RunConfig) -> None:
         f'train.init_from={source!r} holds parameters for another model: '
         + '; '.join(f'{f} ({v!r} there, {_field(config, f)!r} here)' for f, v in differing.items())
         + '. Set these fields as the source has them: '
-        + ' '.join(f'--config.{f}={v}' for f, v in differing.items()) + '.')
+        + ' '.join(f'--config.{f}={_flag(v)}' for f, v in differing.items()) + '.')
+
+
+def _flag(value: Any) -> Any:
+  """A value as ``--config`` takes it: a list as comma-separated text."""
+  return ','.join(map(str, value)) if isinstance(value, (tuple, list)) else value
 
 
 def _source_members(source: str, num_members: int) -> tuple[list[int], list[int]]:
