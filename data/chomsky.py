@@ -95,13 +95,16 @@ def modular_arithmetic(rng: np.random.Generator, b: int, n: int
   ops_BxK = rng.choice(np.array([_PLUS, _TIMES, _MINUS]), (b, n // 2))
   expression_BxN = np.empty((b, n), np.int64)
   expression_BxN[:, 0::2], expression_BxN[:, 1::2] = digits_BxK, ops_BxK
-  total_B, term_B = np.zeros(b, np.int64), digits_BxK[:, 0].copy()
-  for k in range(n // 2):
-    op, digit = ops_BxK[:, k], digits_BxK[:, k + 1]
-    total_B = np.where(op == _TIMES, total_B, total_B + term_B)
-    term_B = np.where(op == _TIMES, term_B * digit, np.where(op == _MINUS, -digit, digit))
-    term_B %= MODULUS  # keeps the products small; the result is mod MODULUS anyway
-  return expression_BxN, _one((total_B + term_B) % MODULUS)
+  values = []
+  for digits, ops in zip(digits_BxK.tolist(), ops_BxK.tolist()):  # plain ints: fast at b = 1
+    total, term = 0, digits[0]
+    for op, digit in zip(ops, digits[1:]):
+      if op == _TIMES:
+        term = term * digit % MODULUS
+      else:
+        total, term = total + term, -digit if op == _MINUS else digit
+    values.append((total + term) % MODULUS)
+  return expression_BxN, _one(values)
 
 
 def _bracketed(rng: np.random.Generator, n: int, mult: bool) -> tuple[str, int]:
