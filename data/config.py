@@ -87,12 +87,13 @@ class DataConfig:
   chomsky_train_length: int = settings.setting(40, R)
   # The test lengths (each its split test_<n>, in the per-length results and the score); empty:
   # the papers' chomsky_train_length + 1 .. 500.
-  chomsky_test_lengths: tuple[int, ...] = settings.setting((), R, items=int, example='41,100,500')
+  chomsky_test_lengths: tuple[int, ...] = settings.setting((), R, items=int, example='41,100,500',
+                                                           evaluation=True)
   # Examples at each test length (the authors' range_test_total_batch_size: 512).
-  chomsky_samples_per_length: int = settings.setting(512, R)
+  chomsky_samples_per_length: int = settings.setting(512, R, evaluation=True)
   # The accuracy at a test length is the mean of the accuracies of its batches of this many
   # examples, as the authors average theirs (range_test_sub_batch_size: 64).
-  chomsky_eval_batch_size: int = settings.setting(64, R)
+  chomsky_eval_batch_size: int = settings.setting(64, R, evaluation=True)
   # Examples in the validation and in the test split, at the training lengths (1 to
   # chomsky_train_length, as many at each).
   chomsky_validation_size: int = settings.setting(512, R)

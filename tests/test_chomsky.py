@@ -18,6 +18,7 @@ import models
 from data import chomsky
 from data import datasets
 from data.config import DataConfig
+from training import evaluation
 from training import steps
 from training import trainer
 from training.config import run_config as typed
@@ -391,3 +392,12 @@ def test_a_task_trains_and_is_scored_at_every_test_length(tmp_path, run_config, 
   with open(os.path.join(workdir, 'chomsky_lengths.csv')) as f:
     assert f.read().splitlines()[0] == 'length,seed_0'
   assert os.path.getsize(os.path.join(workdir, 'chomsky_lengths.png')) > 0
+
+
+def test_eval_may_override_the_test_lengths():
+  assert evaluation.parse_overrides(['data.chomsky_test_lengths=12, 30',
+                                     'data.chomsky_samples_per_length=16']) == {
+                                         'data.chomsky_test_lengths': (12, 30),
+                                         'data.chomsky_samples_per_length': 16}
+  with pytest.raises(ValueError, match='comma-separated int'):
+    evaluation.parse_overrides(['data.chomsky_test_lengths=12,x'])
