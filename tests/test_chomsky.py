@@ -378,19 +378,22 @@ _SMALL = {'data.chomsky_train_length': 3, 'data.chomsky_test_lengths': '4,5',
           'train.checkpoint_every': 4, 'train.log_every': 2, 'model.size': 'tiny'}
 
 
-@pytest.mark.parametrize('name', ['chomsky/reverse_string', 'chomsky/parity_check'])
-def test_a_task_trains_and_is_scored_at_every_test_length(tmp_path, run_config, name):
+@pytest.mark.parametrize('name,seeds', [('chomsky/reverse_string', 1),
+                                        ('chomsky/parity_check', 2)])
+def test_a_task_trains_and_is_scored_at_every_test_length(tmp_path, run_config, name, seeds):
   workdir = str(tmp_path / 'run')
-  summary = trainer.train_and_evaluate(run_config(**_SMALL, **{'data.name': name}), workdir)
+  config = run_config(**_SMALL, **{'data.name': name, 'train.num_seeds': seeds})
+  summary = trainer.train_and_evaluate(config, workdir)
   assert summary['dataset'] == name and list(summary['eval']) == ['test']
   with open(os.path.join(workdir, 'chomsky_lengths.json')) as f:
     lengths = json.load(f)
   assert lengths['lengths'] == [4, 5] and lengths['samples_per_length'] == 8
-  accuracy = np.asarray(lengths['accuracy'][0])
-  assert ((0 <= accuracy) & (accuracy <= 1)).all()
-  assert summary['chomsky']['score'] == pytest.approx([accuracy.mean()])
+  accuracy_NxK = np.asarray(lengths['accuracy'])
+  assert accuracy_NxK.shape == (seeds, 2) and ((0 <= accuracy_NxK) & (accuracy_NxK <= 1)).all()
+  assert summary['chomsky']['score'] == pytest.approx(accuracy_NxK.mean(axis=1))
+  assert summary['chomsky']['best'] == pytest.approx(accuracy_NxK.mean(axis=1).max())
   with open(os.path.join(workdir, 'chomsky_lengths.csv')) as f:
-    assert f.read().splitlines()[0] == 'length,seed_0'
+    assert f.read().splitlines()[0] == 'length,' + ','.join(f'seed_{s}' for s in range(seeds))
   assert os.path.getsize(os.path.join(workdir, 'chomsky_lengths.png')) > 0
 
 

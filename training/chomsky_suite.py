@@ -35,28 +35,32 @@ def length_accuracy(exp: Experiment, params, length: int) -> np.ndarray:
                   for local in exp.eval_batches(f'test_{length}', batch_size=size)], axis=0)
 
 
-def evaluate(exp: Experiment, params, workdir: str, seeds: list[int]) -> dict[str, Any]:
-  """Every test length's accuracy for each member (``seeds``: theirs), written to the workdir;
-  returns the score (the mean over the test lengths, per member) and where the rest is. A
-  length the position scheme cannot run at (``models.LengthError``) has no accuracy and leaves
-  the score undefined (NaN)."""
+def evaluate(exp: Experiment, params, workdir: str) -> dict[str, Any]:
+  """Every test length's accuracy for every member of the run (each seed at each learning
+  rate), written to the workdir; returns each member's score (the mean over the test lengths),
+  the best of them (the papers' tables take the best over seeds and learning rates) and where
+  the rest is. A length the position scheme cannot run at (``models.LengthError``) has no
+  accuracy and leaves the score undefined (null)."""
   lengths, accuracy, refused = list(exp.config.data.chomsky_tests), [], {}
   for n in lengths:
     try:
       accuracy.append(length_accuracy(exp, params, n))
     except models.LengthError as e:
-      accuracy.append(np.full(len(seeds), np.nan))
+      accuracy.append(np.full(len(exp.seeds), np.nan))
       refused[n] = str(e)
   per_length_NxK = np.asarray(accuracy).T  # members x lengths
   score = _listed(per_length_NxK.mean(axis=1))
-  results = {'task': exp.info.name, 'train_lengths': [1, exp.info.train_length],
-             'samples_per_length': exp.config.data.chomsky_samples_per_length,
-             'seeds': seeds, 'lengths': lengths, 'score': score,
-             'accuracy': [_listed(row) for row in per_length_NxK], 'not_applicable': refused}
+  defined = [s for s in score if s is not None]
+  summary = {'members': exp.members, 'score': score, 'best': max(defined, default=None),
+             'lengths': f'{lengths[0]}..{lengths[-1]} ({len(lengths)})',
+             'per_length': RESULTS_FILE}
   if jax.process_index() == 0:
-    _write(results, workdir, per_length_NxK)
-  return {'score': score, 'lengths': f'{lengths[0]}..{lengths[-1]} ({len(lengths)})',
-          'per_length': RESULTS_FILE}
+    _write({'task': exp.info.name, 'train_lengths': [1, exp.info.train_length],
+            'samples_per_length': exp.config.data.chomsky_samples_per_length,
+            'members': exp.members, 'lengths': lengths, 'score': score,
+            'accuracy': [_listed(row) for row in per_length_NxK], 'not_applicable': refused},
+           workdir, per_length_NxK)
+  return summary
 
 
 def _listed(values: np.ndarray) -> list[float | None]:
@@ -65,16 +69,17 @@ def _listed(values: np.ndarray) -> list[float | None]:
 
 
 def _write(results: dict[str, Any], workdir: str, accuracy_NxK: np.ndarray) -> None:
-  """The JSON, a CSV (length, then one accuracy column per seed) and the plot."""
+  """The JSON, a CSV (length, then one accuracy column per member) and the plot."""
   storage.write_json(os.path.join(workdir, RESULTS_FILE), results)
-  rows = ['length,' + ','.join(f'seed_{s}' for s in results['seeds'])]
+  names = ['_'.join(f'{k}_{v:g}' for k, v in member.items()) for member in results['members']]
+  rows = ['length,' + ','.join(names)]
   rows += [f'{n},' + ','.join(f'{a:.6f}' for a in accuracy_NxK[:, k])
            for k, n in enumerate(results['lengths'])]
   storage.write_atomically(os.path.join(workdir, 'chomsky_lengths.csv'), '\n'.join(rows) + '\n')
   fig, ax = plt.subplots(figsize=(7, 4))
-  for seed, accuracy_K in zip(results['seeds'], accuracy_NxK):
+  for name, accuracy_K in zip(names, accuracy_NxK):
     ax.plot(results['lengths'], accuracy_K, lw=1,
-            label=f'seed {seed}: score {np.mean(accuracy_K):.3f}')
+            label=f'{name}: score {np.mean(accuracy_K):.3f}')
   ax.axvline(results['train_lengths'][1], color='gray', ls=':', lw=1,
              label='longest training length')
   ax.set_ylim(0, 1.02)
