@@ -300,13 +300,19 @@ def test_loss_and_accuracy_count_output_positions_only():
 def test_classifier_reads_its_head_at_the_query_tokens(run_config):
   config = typed(run_config(**{'data.name': 'chomsky/reverse_string'}))
   cfg = config.model_config(vocab_size=3, num_classes=2).replace(deterministic=True)
-  model = nnx.merge(*models.init(cfg, jax.random.key(0, impl='rbg')))
+  graphdef, params = jax.jit(models.init, static_argnums=0)(cfg, jax.random.key(0, impl='rbg'))
   batch = chomsky.make_batch(chomsky.TASKS['reverse_string'],
                              [(np.array([0, 1, 1]), np.array([1, 1, 0]))], 8, 4)
-  logits_BxMxC = model(batch.inputs, batch.positions, batch.mask,
-                       target_positions_BxM=batch.target_positions)
-  hidden_BxLxE = model.encode(batch.inputs, batch.positions, batch.mask)
-  expected = model.head(hidden_BxLxE[:, np.asarray(batch.target_positions[0])], rngs=None)
+
+  @jax.jit
+  def both(params):
+    model = nnx.merge(graphdef, params)
+    hidden_BxLxE = model.encode(batch.inputs, batch.positions, batch.mask)
+    return (model(batch.inputs, batch.positions, batch.mask,
+                  target_positions_BxM=batch.target_positions),
+            model.head(hidden_BxLxE[:, np.asarray(batch.target_positions[0])], rngs=None))
+
+  logits_BxMxC, expected = both(params)
   assert logits_BxMxC.shape == (1, 4, 2)
   np.testing.assert_allclose(logits_BxMxC, expected, rtol=1e-5, atol=1e-6)
 
