@@ -15,6 +15,7 @@ from flax import nnx
 
 import data
 import models
+from data import batches
 from data import chomsky
 from data import datasets
 from data.config import DataConfig
@@ -384,11 +385,13 @@ _SMALL = {'data.chomsky_train_length': 3, 'data.chomsky_test_lengths': '4,5',
           'train.checkpoint_every': 4, 'train.log_every': 2, 'model.size': 'tiny'}
 
 
-@pytest.mark.parametrize('name,seeds', [('chomsky/reverse_string', 1),
-                                        ('chomsky/parity_check', 2)])
-def test_a_task_trains_and_is_scored_at_every_test_length(tmp_path, run_config, name, seeds):
+@pytest.mark.parametrize('name,seeds,random', [('chomsky/reverse_string', 1, 64),
+                                               ('chomsky/parity_check', 2, 0)])
+def test_a_task_trains_and_is_scored_at_every_test_length(tmp_path, run_config, name, seeds,
+                                                          random):
   workdir = str(tmp_path / 'run')
-  config = run_config(**_SMALL, **{'data.name': name, 'train.num_seeds': seeds})
+  config = run_config(**_SMALL, **{'data.name': name, 'train.num_seeds': seeds,
+                                   'data.random_positions': random})
   summary = trainer.train_and_evaluate(config, workdir)
   assert summary['dataset'] == name and list(summary['eval']) == ['test']
   with open(os.path.join(workdir, 'chomsky_lengths.json')) as f:
@@ -401,6 +404,22 @@ def test_a_task_trains_and_is_scored_at_every_test_length(tmp_path, run_config, 
   with open(os.path.join(workdir, 'chomsky_lengths.csv')) as f:
     assert f.read().splitlines()[0] == 'length,' + ','.join(f'seed_{s}' for s in range(seeds))
   assert os.path.getsize(os.path.join(workdir, 'chomsky_lengths.png')) > 0
+
+
+def test_random_positions_apply_to_the_queries_and_cover_the_test_lengths(run_config, tmp_path):
+  batch = chomsky.make_batch(chomsky.TASKS['duplicate_string'],
+                             [(np.array([1, 0, 1]), np.array([1, 0, 1, 1, 0, 1])),
+                              (np.array([1]), np.array([1, 1]))], 12, 8)
+  drawn = batches.randomized_positions(batch, 64, [(0, 1), (0, 2)])
+  for row, real in enumerate((9, 3)):
+    positions = drawn.positions[row]
+    assert (np.diff(positions[:real]) > 0).all() and positions[:real].max() < 64
+    assert (positions[real:] == 0).all()
+  # reverse_string at test length 40 has 80 tokens with its queries: more than N = 64
+  config = run_config(**{**_SMALL, 'data.name': 'chomsky/reverse_string',
+                         'data.chomsky_test_lengths': '5,40', 'data.random_positions': 64})
+  with pytest.raises(ValueError, match='up to 80 tokens'):
+    trainer.train_and_evaluate(config, str(tmp_path / 'refused'))
 
 
 def test_eval_may_override_the_test_lengths():
