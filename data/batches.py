@@ -1,7 +1,8 @@
-"""Batches: their two types, and the one sampler that orders every task's examples.
+"""Batches: their three types, and the one sampler that orders every task's examples.
 
-A ``Classification`` batch (classification and sentence pairs, ``data/pipeline.py``) or a
-``LanguageModel`` batch (MLM and CLM, ``data/lm.py``) holds NumPy arrays of this process's rows,
+A ``Classification`` batch (classification and sentence pairs, ``data/pipeline.py``), a
+``LanguageModel`` batch (MLM and CLM, ``data/lm.py``) or a ``Queries`` batch (the generated
+Chomsky-hierarchy tasks, ``data/chomsky.py``) holds NumPy arrays of this process's rows,
 then ``jax.Array`` s of the global batch (``flax.struct`` pytrees: a field left None is no leaf).
 
 Training order (``sources.TrainShards``; with one shard): the example at row j of global batch s
@@ -65,7 +66,24 @@ class LanguageModel(flax.struct.PyTreeNode):
   target_positions: np.ndarray | None = None
 
 
-Batch = Union[Classification, LanguageModel]
+class Queries(flax.struct.PyTreeNode):
+  """Inputs followed by one query token per output, each output predicted at its query token by
+  the classification head (``data/chomsky.py``): ``inputs``, ``positions`` (0, 1, ... from the
+  first input token; 0 at padding) int32 [B, L], ``mask`` bool [B, L]; ``targets`` int32 [B, M]
+  the output classes, at the query tokens ``target_positions`` int32 [B, M]; ``target_weights``
+  float32 [B, M] 1 at every output (what the loss counts), 0 at padding; ``scored`` float32
+  [B, M] 1 at the outputs the accuracy counts (those up to a termination token)."""
+
+  inputs: np.ndarray
+  positions: np.ndarray
+  mask: np.ndarray
+  targets: np.ndarray
+  target_positions: np.ndarray
+  target_weights: np.ndarray
+  scored: np.ndarray
+
+
+Batch = Union[Classification, LanguageModel, Queries]
 # (example numbers [b], their slots [b], for masking) -> a batch; a number past the examples is
 # padding (weight 0).
 Make = Callable[[np.ndarray, np.ndarray], Batch]
@@ -123,6 +141,12 @@ def evaluate(make: Make, *, batch_size: int, num_batches: int, first_slot: int =
     return make(examples, first_slot + examples)
 
   return _iterate(grain.MapDataset.range(num_batches).map(at), prefetch)
+
+
+def by_step(at: Callable[[int], Batch], *, start_step: int, prefetch: int) -> Iterator[Batch]:
+  """Infinite batches ``at(step)`` from ``start_step`` on, for data computed from the step alone
+  (generated tasks): resuming at step s yields what a fresh iterator yields from s on."""
+  return _iterate(grain.MapDataset.range(start_step, sys.maxsize).map(at), prefetch)
 
 
 def _iterate(batches: grain.MapDataset, prefetch: int) -> Iterator[Batch]:

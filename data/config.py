@@ -16,7 +16,7 @@ class DataConfig:
   """What the model reads, and how it is tokenized and batched."""
 
   # Dataset: position_probes/<task> | listops | fortunes | imdb_reviews | glue/sst2 |
-  # ag_news_subset | yelp_polarity_reviews | files (data.DATASET_NAMES). A parameter field: the
+  # ag_news_subset | yelp_polarity_reviews | chomsky/<task> | files (data.DATASET_NAMES). A parameter field: the
   # classes, and with a tokenizer trained here the vocabulary, are the dataset's.
   name: str = settings.setting('position_probes/order', P)
   # TFDS data_dir (prepared data; embedded builders are generated here).
@@ -82,6 +82,21 @@ class DataConfig:
   # evaluated example, so that every position up to N is trained; N bounds every length read.
   # 0: positions 0, 1, 2, ... (off). Any model.position that reads positions takes them.
   random_positions: int = settings.setting(0, R)
+  # data.name=chomsky/<task> (data/chomsky.py, docs/chomsky.md): training inputs have lengths
+  # uniform in 1..this, one length per batch as the authors draw them (the papers: 40).
+  chomsky_train_length: int = settings.setting(40, R)
+  # The test lengths (each its split test_<n>, in the per-length results and the score); empty:
+  # the papers' chomsky_train_length + 1 .. 500.
+  chomsky_test_lengths: tuple[int, ...] = settings.setting((), R, items=int, example='41,100,500',
+                                                           evaluation=True)
+  # Examples at each test length (the authors' range_test_total_batch_size: 512).
+  chomsky_samples_per_length: int = settings.setting(512, R, evaluation=True)
+  # The accuracy at a test length is the mean of the accuracies of its batches of this many
+  # examples, as the authors average theirs (range_test_sub_batch_size: 64).
+  chomsky_eval_batch_size: int = settings.setting(64, R, evaluation=True)
+  # Examples in the validation and in the test split, at the training lengths (1 to
+  # chomsky_train_length, as many at each).
+  chomsky_validation_size: int = settings.setting(512, R)
 
   def __post_init__(self):
     if self.max_length <= 1:
@@ -96,6 +111,7 @@ class DataConfig:
                          f'{", ".join(valid)}.')
     self._check_labels()
     self._check_random_positions()
+    self._check_chomsky()
     if self.text_b_column and self.name != 'files':
       raise ValueError(f'data.text_b_column={self.text_b_column!r} names a column of your own '
                        f'files, but data.name={self.name!r}; use data.name=files or drop '
@@ -110,6 +126,25 @@ class DataConfig:
                        f'least the longest length trained or evaluated, {longest} tokens '
                        '(data.max_length, data.eval_lengths): positions are drawn from 0 .. N - 1 '
                        'without repetition. The paper uses 2048.')
+
+  def _check_chomsky(self) -> None:
+    sizes = ('chomsky_train_length', 'chomsky_samples_per_length', 'chomsky_eval_batch_size',
+             'chomsky_validation_size')
+    if bad := [f'data.{f}={getattr(self, f)}' for f in sizes if getattr(self, f) <= 0]:
+      raise ValueError(f'{", ".join(bad)}: these sizes must be positive integers.')
+    if self.chomsky_samples_per_length % self.chomsky_eval_batch_size:
+      raise ValueError(f'data.chomsky_samples_per_length={self.chomsky_samples_per_length} is '
+                       'not a multiple of data.chomsky_eval_batch_size='
+                       f'{self.chomsky_eval_batch_size}: a test length\'s accuracy is the mean '
+                       'over its full batches, so give e.g. 512 and 64 (the papers\').')
+    if short := [n for n in self.chomsky_test_lengths if n <= 0]:
+      raise ValueError(f'data.chomsky_test_lengths has lengths {short}: a test length is a '
+                       'positive number of input tokens, e.g. 41,100,500.')
+
+  @property
+  def chomsky_tests(self) -> tuple[int, ...]:
+    """The Chomsky tasks' test lengths (``chomsky_test_lengths``; by default N + 1 .. 500)."""
+    return self.chomsky_test_lengths or tuple(range(self.chomsky_train_length + 1, 501))
 
   @property
   def _tfds_fields(self) -> data.TextFields | None:

@@ -247,14 +247,17 @@ class Classifier(nnx.Module):
     """float32 logits [batch, num_classes]; arguments as ``encode``, or with
     ``cfg.dual_encoder`` pairs [batch, 2, length] of inputs, positions and mask. A language
     model gives logits [batch, M, vocab] at ``target_positions_BxM`` (MLM's masked positions;
-    None: every position, M = length)."""
-    if self.cfg.language_model:
+    None: every position, M = length); a classifier given ``target_positions_BxM`` (query
+    tokens, ``batches.Queries``) gives its head's logits [batch, M, num_classes] there."""
+    if self.cfg.language_model or target_positions_BxM is not None:
       x_BxLxE = self.encode(inputs, positions, mask, token_type_ids_BxL, rngs=rngs,
                             segments_BxL=segments_BxL)
       if target_positions_BxM is not None:
         x_BxLxE = jnp.take_along_axis(x_BxLxE, target_positions_BxM[..., None], axis=1)
       with jax.named_scope('head'):
-        return self.head(x_BxLxE, self.embeddings.word_embeddings)
+        if self.cfg.language_model:
+          return self.head(x_BxLxE, self.embeddings.word_embeddings)
+        return self.head(x_BxLxE, rngs=rngs)  # a query token's output classes at each of M
     if self.cfg.dual_encoder:
       if inputs.ndim != 3 or inputs.shape[1] != 2 or token_type_ids_BxL is not None:
         raise ValueError('model.dual_encoder takes pairs: inputs, positions and mask of shape '

@@ -66,7 +66,11 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
 def _typed(key: str, text: str) -> Any:
   """The override's text as the type its field declares."""
   group, _, field = key.partition('.')
-  hint = typing.get_type_hints(settings.groups(RunConfig)[group])[field]
+  group_cls = settings.groups(RunConfig)[group]
+  meta = next(f.metadata for f in settings.declared(group_cls) if f.name == field)
+  if meta['items']:  # a list field: comma-separated, as on the command line
+    return tuple(lists.parse(text, f'--override={key}', meta['items'], example=meta['example']))
+  hint = typing.get_type_hints(group_cls)[field]
   kind = next(k for k in typing.get_args(hint) or (hint,) if k is not type(None))
   if text.lower() in ('none', 'null') and kind is not hint:  # an optional field
     return None
@@ -145,7 +149,7 @@ def evaluate_workdir(workdir: str, *, checkpoint: str = 'best', split: str = 'te
   return {'workdir': workdir, 'step': int(step), 'seeds': [exp.seeds[i] for i in chosen],
           'members': chosen, 'learning_rate': exp.learning_rates[chosen[0]],
           'position': config.model.position,
-          'attention': config.model.attention, 'train_length': config.data.max_length,
+          'attention': config.model.attention, 'train_length': exp.info.train_length,
           'overrides': applied, 'eval': exp.evaluate_lengths(params, splits)}
 
 

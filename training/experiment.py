@@ -176,15 +176,25 @@ class Experiment:
     return (self.random_positions.training(batch, step, rows)
             for step, batch in enumerate(local, start_step))
 
-  def eval_batches(self, split: str, max_length: int | None = None) -> Iterator[batches.Batch]:
-    """This process's part of ``split`` at ``max_length`` (default: the split's); with
+  def eval_batches(self, split: str, max_length: int | None = None,
+                   batch_size: int | None = None) -> Iterator[batches.Batch]:
+    """This process's part of ``split`` at ``max_length`` (default: the split's), in global
+    batches of ``batch_size`` examples (where the grouping matters: a Chomsky task's accuracy is
+    a mean over batches) or as few and as small as fit the memory; with
     ``data.random_positions``, each example's positions drawn from (seed, split, length, its
     number in the split: each process evaluates a contiguous part, ``sources.shard_bounds``)."""
     length = max_length or self.info.eval_splits.get(split, self.info.train_length)
-    size = self.eval_batch_size(length)
-    # As few batches as at this size, as small as they can be: no batch of mostly padding.
     num, unit = self.dataset.num_examples(split, max_length), self._eval_unit()
-    size = min(size, math.ceil(num / max(1, math.ceil(num / size)) / unit) * unit)
+    if batch_size is None:
+      size = self.eval_batch_size(length)
+      # As few batches as at this size, as small as they can be: no batch of mostly padding.
+      size = min(size, math.ceil(num / max(1, math.ceil(num / size)) / unit) * unit)
+    elif batch_size % unit:
+      raise ValueError(f'An evaluation batch of {batch_size} examples cannot be shared by {unit} '
+                       f'devices and processes: use a multiple of {unit} '
+                       '(data.chomsky_eval_batch_size).')
+    else:
+      size = batch_size
     shard = self._shard(size)
     local = self.dataset.eval_batches(split, global_batch_size=size, max_length=max_length,
                                       **shard)
@@ -199,8 +209,15 @@ class Experiment:
   def final_splits(self) -> list[tuple[str, int]]:
     """The (split, length) pairs evaluated at the end of training: all but validation, to
     ``train.eval_max_length``."""
+    if self.chomsky:  # its test lengths are training/chomsky_suite.py's
+      return [('test', self.info.train_length)]
     limit = self.config.train.eval_max_length or max(self.info.eval_splits.values())
     return [(k, v) for k, v in self.info.eval_splits.items() if k != 'validation' and v <= limit]
+
+  @property
+  def chomsky(self) -> bool:
+    """A Chomsky-hierarchy task (data.name=chomsky/<task>), scored at its test lengths."""
+    return isinstance(self.dataset, datasets.ChomskyDataset)
 
   def _check_random_positions(self) -> None:
     """``data.random_positions`` = N draws positions from 0 .. N - 1 without repetition: refuse
@@ -210,6 +227,8 @@ class Experiment:
       return
     lengths += [v for split, v in self.info.eval_splits.items() if split == 'validation']
     lengths += [v for _, v in self.final_splits()]
+    if self.chomsky:  # inputs and their query tokens, at every length it is scored at
+      lengths = [self.dataset.tokens(n) for n in (*lengths, *self.config.data.chomsky_tests)]
     if max(lengths) > n:
       raise ValueError(f'data.random_positions={n} draws positions from 0 .. {n - 1}, but '
                        f'{self.info.name} is trained or evaluated at up to {max(lengths)} tokens '
@@ -266,7 +285,8 @@ class Experiment:
             for k in ('prediction', 'target', 'weight'))))
       results['score'] = results['pearson']
       return results
-    results['accuracy'] = results['score'] = totals['correct_sum'] / count
+    results['accuracy'] = results['score'] = totals['correct_sum'] / np.maximum(
+        totals['scored'], 1.0)
     if self.model_config.language_model:
       results['perplexity'] = np.exp(results['loss'])
       results['score'] = -results['loss']

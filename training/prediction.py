@@ -95,6 +95,12 @@ def predict(workdir: str, input_path: str, *, checkpoint: str = 'best',
     raise ValueError(f'{workdir} holds a language model (train.task={cfg.task}); predict.py '
                      'runs classifiers. Fine-tune it first: train.py with '
                      f'--config.train.init_from={workdir}.')
+  if config.data.name.startswith('chomsky/'):
+    raise ValueError(f'{workdir} was trained on the generated task {config.data.name}, whose '
+                     'inputs are token ids, not texts: predict.py classifies texts. Its '
+                     'per-length accuracy is in the workdir (chomsky_lengths.json); eval.py '
+                     '--eval_lengths=N evaluates it at test length N (with '
+                     '--override=data.chomsky_test_lengths=N if N was not one).')
   texts = files.read_inputs(input_path, files.Columns.of(config.data))
   tokenizer = datasets.load_tokenizer(config.data, workdir)
   cfg = cfg.replace(deterministic=True)

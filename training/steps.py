@@ -41,11 +41,14 @@ class TrainState(flax.struct.PyTreeNode):
 
 
 def loss_and_metrics(logits_BxC: jax.Array, label_B: jax.Array, weight_B: jax.Array,
-                     regression: bool = False) -> tuple[jax.Array, dict]:
+                     regression: bool = False, scored_B: jax.Array | None = None
+                     ) -> tuple[jax.Array, dict]:
   """Weighted mean loss (cross-entropy, or squared error of the one output with
   ``regression``) and metric sums, reduced on the host; binary tasks add the sums of F1
-  (class 1 positive)."""
+  (class 1 positive). The accuracy and F1 count the rows ``scored_B`` weighs (default: as the
+  loss; a Chomsky task's outputs after a termination token are trained on but not scored)."""
   weight_B = weight_B.astype(jnp.float32)
+  scored_B = weight_B if scored_B is None else scored_B.astype(jnp.float32)
   logits_BxC = logits_BxC.astype(jnp.float32)
   sums = {}
   if regression:
@@ -57,27 +60,29 @@ def loss_and_metrics(logits_BxC: jax.Array, label_B: jax.Array, weight_B: jax.Ar
     correct_B = (predicted_B == label_B).astype(jnp.float32)
     if logits_BxC.shape[-1] == 2:
       positive, truly = predicted_B == 1, label_B == 1
-      sums = {name: (cases.astype(jnp.float32) * weight_B).sum() for name, cases in (
+      sums = {name: (cases.astype(jnp.float32) * scored_B).sum() for name, cases in (
           ('true_positive_sum', positive & truly), ('false_positive_sum', positive & ~truly),
           ('false_negative_sum', ~positive & truly))}
   denom = jnp.maximum(weight_B.sum(), 1.0)
-  sums.update(loss_sum=(losses_B * weight_B).sum(), correct_sum=(correct_B * weight_B).sum(),
-              count=weight_B.sum())
+  sums.update(loss_sum=(losses_B * weight_B).sum(), correct_sum=(correct_B * scored_B).sum(),
+              count=weight_B.sum(), scored=scored_B.sum())
   return (losses_B * weight_B).sum() / denom, sums
 
 
 def forward(model, batch: batches.Batch, rngs: nnx.Rngs | None = None
-            ) -> tuple[jax.Array, jax.Array, jax.Array]:
-  """The model's logits on a batch and the labels and weights ``loss_and_metrics`` scores them
-  against: a classifier's [B, C], label and weight; a language model's [B M, V] and its targets
-  with their weights (flattened alike)."""
+            ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array | None]:
+  """The model's logits on a batch and the labels, weights and scored rows ``loss_and_metrics``
+  scores them against: a classifier's [B, C], label and weight; a language model's [B M, V] or
+  a query-token batch's [B M, C] and its targets with their weights (flattened alike)."""
   if isinstance(batch, batches.Classification):
     return (model(batch.inputs, batch.positions, batch.mask, batch.token_types, rngs=rngs),
-            batch.label, batch.weight)
+            batch.label, batch.weight, None)
+  queries = isinstance(batch, batches.Queries)
   logits_BxMxV = model(batch.inputs, batch.positions, batch.mask, rngs=rngs,
-                       segments_BxL=batch.segments, target_positions_BxM=batch.target_positions)
+                       segments_BxL=None if queries else batch.segments,
+                       target_positions_BxM=batch.target_positions)
   return (logits_BxMxV.reshape(-1, logits_BxMxV.shape[-1]), batch.targets.reshape(-1),
-          batch.target_weights.reshape(-1))
+          batch.target_weights.reshape(-1), batch.scored.reshape(-1) if queries else None)
 
 
 def make_step_fns(train_graphdef: nnx.GraphDef, eval_graphdef: nnx.GraphDef,
@@ -92,9 +97,9 @@ def make_step_fns(train_graphdef: nnx.GraphDef, eval_graphdef: nnx.GraphDef,
 
     def loss_fn(params):
       model = nnx.merge(train_graphdef, params)
-      logits, label, weight = forward(model, batch, nnx.Rngs(dropout=dropout_key))
+      logits, label, weight, scored = forward(model, batch, nnx.Rngs(dropout=dropout_key))
       with jax.named_scope('loss'):
-        return loss_and_metrics(logits, label, weight, regression)
+        return loss_and_metrics(logits, label, weight, regression, scored)
 
     (loss, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
     with jax.named_scope('optimizer'):
@@ -115,8 +120,8 @@ def make_step_fns(train_graphdef: nnx.GraphDef, eval_graphdef: nnx.GraphDef,
                  * schedule_shape(state.step // grad_accum_steps), skipped=skipped))
 
   def eval_step(params: Params, batch: batches.Batch) -> dict:
-    logits, label, weight = forward(nnx.merge(eval_graphdef, params), batch)
-    sums = loss_and_metrics(logits, label, weight, regression)[1]
+    logits, label, weight, scored = forward(nnx.merge(eval_graphdef, params), batch)
+    sums = loss_and_metrics(logits, label, weight, regression, scored)[1]
     if regression:
       sums.update(prediction=logits[:, 0].astype(jnp.float32),
                   target=label.astype(jnp.float32), weight=weight)

@@ -20,6 +20,7 @@ from data import datasets
 import settings
 import storage
 from training import checkpoints
+from training import chomsky_suite
 from training import init_from
 from training import metrics as metrics_lib
 from training import preemption
@@ -30,7 +31,7 @@ from training.experiment import Experiment
 from training.metrics import console
 
 SUMMARY_FILE = 'summary.json'
-_SUMMED = ('loss_sum', 'correct_sum', 'count', 'grad_norm')
+_SUMMED = ('loss_sum', 'correct_sum', 'count', 'scored', 'grad_norm')
 
 
 class NonFiniteLossError(RuntimeError):
@@ -186,7 +187,8 @@ class _TrainLog:
       return
     count = np.maximum(self.sums['count'], 1.0)
     run.writer.write(step, {'train/loss': self.sums['loss_sum'] / count,
-                            'train/accuracy': self.sums['correct_sum'] / count,
+                            'train/accuracy': self.sums['correct_sum']
+                            / np.maximum(self.sums['scored'], 1.0),
                             'train/grad_norm': self.sums['grad_norm'] / self.num,
                             'train/learning_rate': m['learning_rate'],
                             'train/skipped_updates': m['skipped'].astype(np.float64)})
@@ -247,6 +249,8 @@ def _summarize(run: _Run, state: Any, last_eval: dict | None) -> dict[str, Any]:
   chosen, params = exp.chosen_members(state.params, last_eval)
   began = time.perf_counter()
   results = exp.evaluate_lengths(params, exp.final_splits())  # the chosen members, in order
+  # The papers take the best test score over seeds and rates: every member is scored.
+  suite = exp.chomsky and {'chomsky': chomsky_suite.evaluate(exp, state.params, run.workdir)}
   run.seconds['test_eval'] = time.perf_counter() - began
   summary = {
       **{k: getattr(exp.model_config, k) for k in ('position', 'attention', 'task')},
@@ -263,6 +267,7 @@ def _summarize(run: _Run, state: Any, last_eval: dict | None) -> dict[str, Any]:
       **{f'validation_{k}': v.tolist() for k, v in last_eval.items()
          if k not in ('count', 'score')},
       'eval': results,
+      **(suite or {}),
       'step_time_s': run.writer.step_time(),
       'seconds': run.seconds,
       'skipped_updates': np.asarray(jax.device_get(state.skipped)).tolist(),
@@ -281,6 +286,11 @@ def closing_line(summary: dict[str, Any], path: str) -> str:
     return f'Done at step {summary["num_steps"]}; results in {path}.'
   values = np.asarray(test[metric])
   spread = f' +- {values.std(ddof=1):.4f} over {values.size} seeds' if values.size > 1 else ''
-  return (f'Done: test {metric} {values.mean():.4f}{spread} at length {test["length"]}, of the '
-          f'final step {summary["num_steps"]} (eval.py and predict.py default to the best '
-          f'checkpoint by validation; --checkpoint=latest is this one). All results: {path}.')
+  suite = summary.get('chomsky')
+  score = suite and (f'; best score over the members (mean accuracy over the test lengths '
+                     f'{suite["lengths"]}) ' + ('n/a' if suite['best'] is None
+                                                 else f'{suite["best"]:.4f}'))
+  return (f'Done: test {metric} {values.mean():.4f}{spread} at length {test["length"]}'
+          f'{score or ""}, of the final step {summary["num_steps"]} (eval.py and predict.py '
+          'default to the best checkpoint by validation; --checkpoint=latest is this one). All '
+          f'results: {path}.')
