@@ -26,11 +26,9 @@ def get_config():
 
   # Narrower and shorter than configs/pretrain.py, so 6 schemes x 8 seeds fit ~35 min on 2 cores.
   c.model.hidden_size = 64
-  c.model.num_heads = 4
   c.model.mlp_dim = 256
   c.train.num_steps = 300  # 1.2M tokens, a third of an epoch.
   c.train.eval_every = 25  # 12 points per convergence curve
-  c.train.log_every = 25
   c.train.checkpoint_every = 300
   c.optim.warmup_steps = 30
   return c
