@@ -266,15 +266,16 @@ def test_schemes_on_a_mesh_match_one_device(tmp_path):
   for case, r in results.items():
     assert r['mesh_loss'] == pytest.approx(r['loss'], rel=1e-5), case
     assert r['max_grad_diff'] <= 1e-5 * r['max_grad'], case
-  heads_over_tensor = "P(None, 'tensor')"
-  assert results['kerple_log-mlm-explicit']['specs'] == {"['positions']['raw_r']": heads_over_tensor}
-  assert results['fire-mlm-chunked']['specs']["['positions']['w_out']"] == heads_over_tensor
+  over_tensor = "P(None, 'tensor')"  # the heads axis
+  assert results['kerple_log-mlm-explicit']['specs'] == {"['positions']['raw_r']": over_tensor}
+  assert results['fire-mlm-chunked']['specs']["['positions']['w_out']"] == over_tensor
 
 
 def lm_run_config(run_config, tmp_path, task, position, **overrides):
   return run_config(**{
       'train.task': task, 'data.name': 'files',
-      'data.train_files': test_pretraining.corpus_file(tmp_path), 'data.max_length': 32, 'data.eval_tokens': 512, 'data.eval_lengths': '',
+      'data.train_files': test_pretraining.corpus_file(tmp_path), 'data.max_length': 32,
+      'data.eval_tokens': 512, 'data.eval_lengths': '',
       'model.position': position, 'model.num_layers': 1, 'model.cope_npos': 33, **overrides})
 
 
