@@ -220,6 +220,15 @@ def test_cope_causal_mask_with_trained_embeddings(impl, monkeypatch):
                          zero_start(ids, positions, mask), atol=1e-4)
 
 
+def test_cope_at_cls_only_matches_the_full_last_layer():
+  """CLS pooling computes the last layer at position 0 only: CoPE's positions for that query
+  are the full computation's."""
+  model = with_random_cope_embeddings(make_cfg(position='cope'))
+  ids, pos, mask = batch()
+  full = model.head(model.encode(ids, pos, mask)[:, 0], rngs=None)
+  np.testing.assert_allclose(model(ids, pos, mask), full, atol=1e-6, rtol=1e-5)
+
+
 @pytest.mark.parametrize('task', ['mlm', 'clm'])
 def test_cope_packed_documents_with_trained_embeddings(task, monkeypatch):
   monkeypatch.setattr(test_language_model, 'lm_model', with_random_cope_embeddings)
@@ -227,8 +236,16 @@ def test_cope_packed_documents_with_trained_embeddings(task, monkeypatch):
       ('cope', 'softmax', task, 'explicit'))
 
 
-@pytest.mark.parametrize('case', [(p, 'softmax', impl) for p in NEW[:3]
-                                  for impl in ('chunked', 'xla')],
+@pytest.mark.parametrize('case', [('fire', 'softmax', 'mlm', 'chunked'),
+                                  ('kerple_power', 'softmax', 'clm', 'chunked'),
+                                  ('kerple_log', 'softmax', 'mlm', 'xla')],
+                         ids=lambda case: '-'.join(case))
+def test_packed_documents_in_chunked_and_xla_attention(case):
+  test_language_model.test_packed_documents_never_attend_to_each_other(case)
+
+
+@pytest.mark.parametrize('case', [(p, 'softmax', 'chunked') for p in NEW[:3]] + [
+    ('fire', 'softmax', 'xla')],
                          ids=lambda case: '-'.join(case))
 def test_causal_mask_in_chunked_and_xla_attention(case):
   test_language_model.test_causal_mask_later_tokens_change_no_earlier_output(case)
