@@ -24,7 +24,7 @@ from flax import nnx
 
 import models
 from models import positions as positions_lib
-from tests import test_language_model, test_pretraining
+from tests import test_language_model, test_pretraining, test_prope_hybrid
 from tests.test_models import batch, key_for, loss_and_grads, make_cfg, model_for
 from training import metrics, trainer
 
@@ -249,6 +249,17 @@ def test_packed_documents_in_chunked_and_xla_attention(case):
                          ids=lambda case: '-'.join(case))
 def test_causal_mask_in_chunked_and_xla_attention(case):
   test_language_model.test_causal_mask_later_tokens_change_no_earlier_output(case)
+
+
+@pytest.mark.parametrize('position', NEW[:3])
+def test_a_nope_layer_of_a_hybrid_drops_the_scheme(position):
+  test_prope_hybrid.test_a_nope_layer_sees_no_positions(position)
+
+
+def test_a_cope_hybrid_has_embeddings_in_its_cope_layers_only():
+  model = model_for(make_cfg(position='cope', num_layers=3).replace(nope_layers=(1,)))
+  assert [hasattr(layer.attention.positions, 'embedding') for layer in model.layers] == [
+      True, False, True]
 
 
 @pytest.mark.parametrize('overrides, message', [
