@@ -522,8 +522,8 @@ def kerple_log_bias(r_2xH: jax.Array, relative_BxTxS: jax.Array) -> jax.Array:
 
 
 def kerple_power_bias(r_2xH: jax.Array, relative_BxTxS: jax.Array) -> jax.Array:
-  """float32 [batch, heads, length_q, length_k]: -r1 |j - i|^r2, r1 > 0, 0 < r2 < 2 per head. 0 at
-  distance 0, where the gradient in r2 (|j - i|^r2 log |j - i| -> 0) is 0, not NaN."""
+  """float32 [batch, heads, length_q, length_k]: -r1 |j - i|^r2, r1 > 0, 0 < r2 <= 2 per head. 0
+  at distance 0, where the gradient in r2 (|j - i|^r2 log |j - i| -> 0) is 0, not NaN."""
   r1_Hx1x1, r2_Hx1x1 = r_2xH[..., None, None]
   distance_Bx1xTxS = _distance(relative_BxTxS)
   apart_Bx1xTxS = distance_Bx1xTxS > 0
@@ -533,13 +533,13 @@ def kerple_power_bias(r_2xH: jax.Array, relative_BxTxS: jax.Array) -> jax.Array:
 
 
 class Kerple(PairBias):
-  """KERPLE (Chi, Fan, Ramadge and Rudnicky 2022): a conditionally positive definite kernel of
-  |j - i| as a logits bias, r1 and r2 learned per head and shared by all layers (the authors pass
+  """KERPLE (Chi, Fan, Ramadge and Rudnicky 2022): a learned kernel of the distance |j - i| as a
+  logits bias, r1 and r2 learned per head and shared by all layers (the authors pass
   one module to every layer). Initialised as their code: r1 ~ U(0, highs[0]), r2 ~ U(0,
   highs[1]), at least 0.01. They clamp r1, r2 after every step; here a parametrisation keeps them
   in range (a clamp in the forward pass would stop their gradient at the floor)."""
 
-  highs: ClassVar[tuple[float, float]] = (1.0, 1.0)
+  highs: ClassVar[tuple[float, float]]  # r1 and r2 start ~ U(0, high)
 
   def __init__(self, cfg, bias_fn: Callable[..., jax.Array], *, rngs: nnx.Rngs):
     super().__init__(cfg, bias_fn)
@@ -575,7 +575,7 @@ class KerpleLog(Kerple):
 
 @register('kerple_power', supports_linear=False)
 class KerplePower(Kerple):
-  """KERPLE's power variant, -r1 |j - i|^r2: r1 ~ U(0, 1), r2 ~ U(0, 2) and kept in (0, 2)
+  """KERPLE's power variant, -r1 |j - i|^r2: r1 ~ U(0, 1), r2 ~ U(0, 2) and kept in (0, 2]
   (2 sigmoid; the authors clamp it to [0.01, 2])."""
 
   highs = (1.0, 2.0)
@@ -592,7 +592,7 @@ class KerplePower(Kerple):
     return jnp.stack([_softplus_inverse(r_2xH[0]), jnp.log(r_2xH[1] / (2.0 - r_2xH[1]))])
 
 
-_FIRE_EPS = 1e-6  # the authors' guard on the normaliser psi(max(L, i)) (FIRE's appendix code)
+_FIRE_EPS = 1e-6  # the guard on the normaliser psi(max(L, i)) of mcleish7/arithmetic's FIRE
 
 
 def fire_bias(table: tuple[jax.Array, ...], relative_BxTxS: jax.Array,
@@ -624,7 +624,7 @@ class FireHooks(LayerHooks):
 @register('fire', supports_linear=False)
 class Fire(PositionScheme):
   """FIRE (Li et al. 2024): a learned MLP of the progressively interpolated log distance, one
-  output per head, shared by all layers. Initialised as the paper's appendix code: c = 0.1, the
+  output per head, shared by all layers. Initialised as mcleish7/arithmetic's FIRE: c = 0.1, the
   threshold L = |scale| model.fire_threshold with the scale learned from 1, the MLP's weights
   and biases ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (torch.nn.Linear's default). Relative (shift
   invariant) while the positions stay below L; beyond it the normaliser reads the positions."""
