@@ -12,6 +12,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from experiments import cli
+from training import carry
 from training import distributed
 from training import trainer
 from training.config import run_config
@@ -28,7 +29,10 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   distributed.initialize_from_flags()
-  config = run_config(FLAGS.config)  # the flags' ConfigDict, typed and checked
+  # The flags' ConfigDict, with the model fields of train.init_from's run that the command line
+  # does not set (training/carry.py), typed and checked.
+  config = run_config(carry.with_source_model(
+      FLAGS.config, config_flags.get_override_values(FLAGS['config'])))
   trainer.setup_runtime(config, quiet=not FLAGS['verbosity'].present)
   trainer.train_and_evaluate(config, FLAGS.workdir)
 

@@ -117,8 +117,9 @@ class ModelSettings:
   dual_encoder: bool = settings.setting(False, R)
   # Token-type embeddings (2 in Hugging Face RoFormer checkpoints; 0 = none).
   type_vocab_size: int = settings.setting(0, P)
-  # Positions the `learned` scheme has embeddings for; longer inputs raise. A fine-tune may
-  # change it (training/init_from.py resizes the table), so it is not a parameter-shaping field.
+  # Positions the `learned` scheme has embeddings for; longer inputs raise. Not a PARAMETERS
+  # field, since only `learned` has such a table: a fine-tune of a `learned` run takes (and must
+  # keep) its source's (training/carry.py).
   max_length: int = settings.setting(512, R)
   # Compute dtype: 'float32' or 'bfloat16' (parameters stay float32).
   dtype: str = settings.setting('float32', R)

@@ -3,8 +3,9 @@
 The source is a ``train.py`` workdir (its final checkpoint; of a learning-rate sweep, the
 members of the rate it chose), a Hugging Face RoFormer checkpoint directory or a
 ``scripts/convert_hf.py`` output. Fields that define the parameters (position scheme, sizes,
-tokenizer, with SentencePiece the dataset) must match the source's: a difference is an error
-naming the field. Others (``rope.*``, lengths, dropout, the optimizer) may change: that is the
+tokenizer, with SentencePiece the dataset, the `learned` table's length) must match the source's:
+train.py takes them from a source workdir unless the command line sets them (training/carry.py),
+and a difference is an error naming the field. Others (``rope.*``, lengths, dropout, the optimizer) may change: that is the
 point of fine-tuning. Every parameter but the head is copied (the head too with
 ``train.init_head``); the optimizer starts fresh. A run that resumes from its own checkpoint
 never reads ``init_from`` again.
@@ -23,6 +24,7 @@ import settings
 import storage
 from data import tokenizers
 from interop import converted, hf
+from training import carry
 from training import checkpoints
 from training import validation
 from training.config import PARAMETER_FIELDS, RunConfig
@@ -85,7 +87,7 @@ def check_source(config: RunConfig) -> None:
       seeds = [config.train.seed + i for i in range(config.train.num_seeds)]
       member_map(*_source_members(source, 1), seeds)
     source_config = validation.load_config(source)
-    theirs = {f: _field(source_config, f) for f in PARAMETER_FIELDS}
+    theirs = {f: _field(source_config, f) for f in carry.shaping_fields(source_config)}
     if (theirs['data.tokenizer'] in ('wordpiece', 'bpe') and config.data.tokenizer == 'huggingface'
         and not config.data.tokenizer_path):
       theirs['data.tokenizer'] = 'huggingface'  # its tokenizer.json is copied (copy_tokenizer)

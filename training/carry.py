@@ -1,0 +1,62 @@
+"""A fine-tune's model comes from its source (``train.init_from``), as ``from_pretrained``'s does:
+the fields that shape the parameters (the ``PARAMETERS`` role: scheme, sizes, layout, tokenizer
+and vocabulary; the `learned` table's length, ``model.max_length``, too) are the source run's,
+unless the command line sets them. A field set there keeps its value, and
+``init_from.check_source`` refuses it, naming the field, if the parameters cannot load.
+
+The fields are filled into the ConfigDict before the ``RunConfig`` is built from it, so the run's
+config is still built and checked once. What the user set is what the command line overrode
+(``config_flags.get_override_values``): the config file gives a template, the source the model.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Collection
+
+import ml_collections
+
+import settings
+import storage
+from training import validation
+from training.config import PARAMETER_FIELDS, RunConfig
+
+# The dataset is the fine-tune's own (a SentencePiece vocabulary is tied to it: check_source).
+_NOT_CARRIED = ('data.name',)
+# A vocabulary trained in the source (wordpiece, bpe) is read from its tokenizer.json
+# (init_from.copy_tokenizer); training a new one would give the ids another meaning.
+_TOKENIZER = {'wordpiece': 'huggingface', 'bpe': 'huggingface'}
+
+
+def shaping_fields(source: RunConfig) -> tuple[str, ...]:
+  """The fields of ``source`` that shape its parameters: the PARAMETERS role, and with
+  model.position=learned the length of its table (model.max_length)."""
+  return PARAMETER_FIELDS + (('model.max_length',) if source.model.position == 'learned' else ())
+
+
+def carried(source: RunConfig, explicit: Collection[str] = ()) -> dict[str, Any]:
+  """The dotted fields a fine-tune of ``source`` takes from it, but those in ``explicit``."""
+  values = validation.flatten(settings.to_dict(source))
+  fields = {f: values[f] for f in shaping_fields(source) if f not in _NOT_CARRIED}
+  fields['data.tokenizer'] = _TOKENIZER.get(source.data.tokenizer, source.data.tokenizer)
+  return {f: v for f, v in fields.items() if f not in explicit}
+
+
+def with_source_model(config: ml_collections.ConfigDict,
+                      explicit: Collection[str]) -> ml_collections.ConfigDict:
+  """``config`` with the model fields of its ``train.init_from`` run filled in, but those in
+  ``explicit`` (the command line's overrides). Unchanged without init_from, or when the source is
+  not a readable train.py workdir (a Hugging Face checkpoint or conversion, whose fields
+  check_source compares; a missing source, which it reports)."""
+  source = config.train.init_from
+  if not source:
+    return config
+  try:
+    source_config = validation.load_config(storage.canonical(source))
+  except (OSError, ValueError):
+    return config
+  changes = carried(source_config, explicit)
+  if not changes:
+    return config
+  filled = ml_collections.ConfigDict(config.to_dict())  # the flags' ConfigDict is locked
+  filled.update_from_flattened_dict(changes)
+  return filled
