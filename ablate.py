@@ -4,6 +4,9 @@ plots) into the workdir.
   python ablate.py --config=configs/ablation/probes.py --workdir=runs/probes
   python ablate.py --config=configs/ablation/extend.py --workdir=runs/extend  # RoPE scaling
 
+A config with a ``two_stage`` group (``configs/ablation/two_stage.py``) pre-trains every scheme,
+fine-tunes each and trains it from scratch as the control (``experiments/two_stage.py``).
+
 A config with an ``extend`` group (``configs/ablation/extend.py``) trains one rotary model and
 evaluates it at longer lengths under each RoPE scaling variant (``experiments/extend.py``).
 
@@ -24,6 +27,7 @@ from ml_collections import config_flags
 from experiments import ablation
 from experiments import cli
 from experiments import extend
+from experiments import two_stage
 from training import distributed
 from training import trainer
 
@@ -49,14 +53,17 @@ def main(argv):
     trainer.setup_runtime(FLAGS.config, quiet=not FLAGS['verbosity'].present)
     print(extend.run(FLAGS.config, FLAGS.workdir, command=command))
     return
-  cells = ablation.select(ablation.check_grid(FLAGS.config), FLAGS.only)
+  if 'two_stage' in FLAGS.config:  # configs/ablation/two_stage.py: pre-train, then fine-tune
+    grid = two_stage
+    cells = two_stage.select(two_stage.check_grid(FLAGS.config, FLAGS.workdir), FLAGS.only)
+  else:
+    grid, cells = ablation, ablation.select(ablation.check_grid(FLAGS.config), FLAGS.only)
   distributed.initialize_from_flags()
   if FLAGS.report_only:
-    print(ablation.build_report(FLAGS.config, FLAGS.workdir, cells, command=command))
+    print(grid.build_report(FLAGS.config, FLAGS.workdir, cells, command=command))
     return
   trainer.setup_runtime(FLAGS.config, quiet=not FLAGS['verbosity'].present)
-  print(ablation.run_grid(FLAGS.config, FLAGS.workdir, cells, command=command,
-                          fresh=FLAGS.fresh))
+  print(grid.run_grid(FLAGS.config, FLAGS.workdir, cells, command=command, fresh=FLAGS.fresh))
 
 
 if __name__ == '__main__':

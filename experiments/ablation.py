@@ -11,6 +11,7 @@ import dataclasses
 import fnmatch
 import os
 import time
+from typing import Any, Callable, Mapping, Sequence
 
 import jax
 import ml_collections
@@ -129,9 +130,11 @@ def select(cells: list[Cell], only: str) -> list[Cell]:
   return chosen
 
 
-def cell_config(config: ml_collections.ConfigDict, cell: Cell) -> RunConfig:
+def cell_config(config: ml_collections.ConfigDict, cell: Cell,
+                extra: Mapping[str, Any] | None = None) -> RunConfig:
   """The run config of one cell: the base config with only the studied fields changed, and the
-  grid's seeds and learning rates."""
+  grid's seeds and learning rates; then the dotted ``extra`` changes (a two-stage grid's
+  pre-trained model, experiments/two_stage.py)."""
   a = grid(config)
   changes = {'data.name': cell.dataset, 'model.position': cell.position,
              'model.attention': cell.attention, 'train.num_seeds': a.num_seeds,
@@ -139,44 +142,45 @@ def cell_config(config: ml_collections.ConfigDict, cell: Cell) -> RunConfig:
   if cell.max_length:  # also the `learned` table and T5's furthest bucket: the training length
     changes.update({f: cell.max_length for f in (
         'data.max_length', 'model.max_length', 'model.t5_max_distance')})
+  changes.update(extra or {})
   base = {g: {**config[g], **{k.partition('.')[2]: v for k, v in changes.items()
                               if k.startswith(g + '.')}} for g in settings.groups(RunConfig)}
   return run_config(base)
+
+
+def cell_changes(run_dir: str, run_config: RunConfig,
+                 fields: Sequence[str] = RESULT_FIELDS) -> list[str]:
+  """What differs between a finished cell (saved config in ``fields``, data) and ``run_config``,
+  one phrase each; [] for an unfinished or unchanged cell."""
+  run = report_lib.load_run(run_dir)
+  if run is None:
+    return []
+  if run.not_applicable:
+    try:
+      run_config.check_model()
+      return [f'was not applicable ({run.not_applicable}) and is now']
+    except ValueError:
+      return []
+  changes = validation.config_differences(validation.load_config(run_dir), run_config, fields)
+  fingerprint = os.path.join(run_dir, validation.DATA_FILE)
+  if storage.exists(fingerprint):
+    changes += validation.data_changes(storage.read_json(fingerprint),
+                                        validation.data_fingerprint(run_config.data))
+  return changes
 
 
 def stale_cells(config: ml_collections.ConfigDict, workdir: str,
                 cells: list[Cell]) -> dict[Cell, list[str]]:
   """Finished cells whose saved config (fields that change results) or data differ from what
   the grid gives now, with what differs."""
-  stale = {}
-  for cell in cells:
-    run_dir, run_config = os.path.join(workdir, cell.name), cell_config(config, cell)
-    run = report_lib.load_run(run_dir)
-    if run is None:
-      continue
-    if run.not_applicable:
-      try:
-        run_config.check_model()
-        stale[cell] = [f'was not applicable ({run.not_applicable}) and is now']
-      except ValueError:
-        pass
-      continue
-    changes = validation.config_differences(validation.load_config(run_dir), run_config,
-                                            RESULT_FIELDS)
-    fingerprint = os.path.join(run_dir, validation.DATA_FILE)
-    if storage.exists(fingerprint):
-      changes += validation.data_changes(storage.read_json(fingerprint),
-                                          validation.data_fingerprint(run_config.data))
-    if changes:
-      stale[cell] = changes
-  return stale
+  stale = {c: cell_changes(os.path.join(workdir, c.name), cell_config(config, c)) for c in cells}
+  return {c: changes for c, changes in stale.items() if changes}
 
 
-def _check_fresh(config: ml_collections.ConfigDict, workdir: str, cells: list[Cell],
-                 fresh: bool) -> None:
-  """Refuses finished cells made with another config or data, or with ``fresh`` moves them
-  aside (never deletes) so that they are trained again."""
-  stale = stale_cells(config, workdir, cells)
+def set_aside(workdir: str, stale: Mapping[Any, list[str]], fresh: bool) -> None:
+  """Refuses finished cells (anything with a ``name``) made with another config or data, what
+  differs in ``stale``, or with ``fresh`` moves them aside (never deletes) so that they are
+  trained again."""
   if stale and not fresh:
     details = '; '.join(f'{c.name}: {", ".join(d)}' for c, d in stale.items())
     raise ValueError(f'{len(stale)} finished run(s) in {workdir} were made with another config '
@@ -197,32 +201,42 @@ def run_grid(config: ml_collections.ConfigDict, workdir: str, cells: list[Cell],
              command: str = '', fresh: bool = False) -> str:
   """Runs (or skips, if finished) every cell, then writes and returns the report."""
   workdir = validation.check_workdir(workdir)
-  _check_fresh(config, workdir, cells, fresh)
+  set_aside(workdir, stale_cells(config, workdir, cells), fresh)
   storage.makedirs(workdir)
+  console(f'Ablation: {len(cells)} runs, {grid(config).num_seeds} seed(s) each, in {workdir}.')
+  train_cells(workdir, cells, lambda cell: cell_config(config, cell))
+  return build_report(config, workdir, cells, command=command)
+
+
+def train_cells(workdir: str, cells: Sequence[Any], configure: Callable[[Any], RunConfig],
+                prepare: Callable[[Any, str], None] | None = None) -> None:
+  """Trains the unfinished ``cells`` (each with a ``name``, ``dataset``, ``position`` and
+  ``attention``) in order, each with ``configure(cell)``, after ``prepare(cell, run_dir)``; a
+  cell whose model cannot be built is marked not applicable."""
   todo = [c for c in cells if report_lib.load_run(os.path.join(workdir, c.name)) is None]
-  console(f'Ablation: {len(cells)} runs ({len(cells) - len(todo)} already finished), '
-          f'{grid(config).num_seeds} seed(s) each, in {workdir}.')
+  console(f'{len(cells) - len(todo)} of {len(cells)} runs already finished.')
   started, durations = time.perf_counter(), []
   for i, cell in enumerate(todo):
     run_dir, t0 = os.path.join(workdir, cell.name), time.perf_counter()
     console(f'[{len(cells) - len(todo) + i + 1}/{len(cells)}] {cell.name}')
-    run_config = cell_config(config, cell)
+    run_config = configure(cell)
     try:
       run_config.check_model()
     except ValueError as e:  # e.g. a bias scheme with linear attention
       console(f'  not applicable: {e}')
       _mark_not_applicable(run_dir, cell, str(e))
       continue
+    if prepare:
+      prepare(cell, run_dir)
     trainer.train_and_evaluate(run_config, run_dir)
     durations.append(time.perf_counter() - t0)
     left = len(todo) - i - 1
     console(f'  done in {durations[-1]:.0f}s; {len(cells) - left}/{len(cells)} runs finished, '
             f'ETA {left * sum(durations) / len(durations) / 60:.1f} min')
-  console(f'Ablation finished in {(time.perf_counter() - started) / 60:.1f} min.')
-  return build_report(config, workdir, cells, command=command)
+  console(f'Finished in {(time.perf_counter() - started) / 60:.1f} min.')
 
 
-def _mark_not_applicable(run_dir: str, cell: Cell, reason: str) -> None:
+def _mark_not_applicable(run_dir: str, cell: Any, reason: str) -> None:
   if jax.process_index() == 0:
     storage.makedirs(run_dir)
     storage.write_json(os.path.join(run_dir, report_lib.NOT_APPLICABLE_FILE), {
@@ -234,7 +248,7 @@ def build_report(config: ml_collections.ConfigDict, workdir: str, cells: list[Ce
                  command: str) -> str:
   """Rebuilds report.md, results.csv/json and plots from the finished cells (no training)."""
   workdir = validation.check_workdir(workdir)
-  _check_fresh(config, workdir, cells, fresh=False)
+  set_aside(workdir, stale_cells(config, workdir, cells), fresh=False)
   runs = [r for c in cells
           if (r := report_lib.load_run(os.path.join(workdir, c.name), c.name)) is not None]
   missing = len(cells) - len(runs)
