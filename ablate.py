@@ -4,7 +4,7 @@ plots) into the workdir.
   python ablate.py --config=configs/ablation/probes.py --workdir=runs/probes
   python ablate.py --config=configs/ablation/extend.py --workdir=runs/extend  # RoPE scaling
 
-A config with a ``two_stage`` group (``configs/ablation/two_stage.py``) pre-trains every scheme,
+A config with a ``pretrain`` group (``configs/ablation/two_stage.py``) pre-trains every scheme,
 fine-tunes each and trains it from scratch as the control (``experiments/two_stage.py``).
 
 A config with an ``extend`` group (``configs/ablation/extend.py``) trains one rotary model and
@@ -53,7 +53,7 @@ def main(argv):
     trainer.setup_runtime(FLAGS.config, quiet=not FLAGS['verbosity'].present)
     print(extend.run(FLAGS.config, FLAGS.workdir, command=command))
     return
-  if 'two_stage' in FLAGS.config:  # configs/ablation/two_stage.py: pre-train, then fine-tune
+  if two_stage.is_two_stage(FLAGS.config):  # configs/ablation/two_stage.py
     grid = two_stage
     cells = two_stage.select(two_stage.check_grid(FLAGS.config, FLAGS.workdir), FLAGS.only)
   else:

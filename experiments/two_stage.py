@@ -73,6 +73,16 @@ def group() -> ml_collections.ConfigDict:
   return settings.group_dict(TwoStageConfig)
 
 
+def is_two_stage(config: ml_collections.ConfigDict) -> bool:
+  """Whether an ablation config is two-stage (it has a ``two_stage`` or ``pretrain`` group)."""
+  return 'two_stage' in config or 'pretrain' in config
+
+
+def options(config: ml_collections.ConfigDict) -> TwoStageConfig:
+  """The checked ``two_stage`` group (its defaults where the config has none)."""
+  return settings.build_group(TwoStageConfig, config.get('two_stage') or {}, 'two_stage')
+
+
 @dataclasses.dataclass(frozen=True)
 class StageCell:
   """One run of a two-stage grid: a pre-training, a fine-tuning or a from-scratch run."""
@@ -103,14 +113,17 @@ class StageCell:
 
 def _pretrain_base(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """The pre-training's groups as an ablation config: the grid's schemes and seeds, the
-  fine-tuning's train.seed (seed i of both stages is one chain), the pre-training's own rates; a
-  ``files`` corpus without files of its own reads the fine-tuning's (its texts only)."""
+  fine-tuning's train.seed (seed i of both stages is one chain) and, unless set, data.data_dir,
+  the pre-training's own rates; a ``files`` corpus without files of its own reads the
+  fine-tuning's (its texts only)."""
   if 'pretrain' not in config:
     raise ValueError('A two-stage config needs a `pretrain` group: the run config of the '
                      'pre-training (see configs/ablation/two_stage.py).')
   p = config.pretrain
   base = {g: p[g].to_dict() for g in settings.groups(RunConfig)}
   base['train']['seed'] = config.train.seed
+  if base['data']['data_dir'] is None:  # where the datasets are: one place for both stages
+    base['data']['data_dir'] = config.data.data_dir
   if base['data']['name'] == 'files' and not base['data']['train_files']:
     base['data'].update({f: config.data[f] for f in (
         'train_files', 'validation_files', 'test_files', 'text_column', 'quoting', 'columns')})
@@ -141,7 +154,7 @@ def configure(config: ml_collections.ConfigDict, workdir: str, cell: StageCell) 
 def check_grid(config: ml_collections.ConfigDict, workdir: str) -> list[StageCell]:
   """Every run of the two stages, pre-training first, each run config built (so checked)."""
   workdir = validation.check_workdir(workdir)
-  settings.build_group(TwoStageConfig, config.two_stage, 'two_stage')
+  options(config)
   grid = ablation.grid(config)
   if 'none' not in grid.positions:
     raise ValueError('ablation.positions of a two-stage grid must include none: the control '
@@ -180,23 +193,28 @@ def digest(run_config: RunConfig) -> str:
   return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _record(config: ml_collections.ConfigDict, workdir: str, cell: StageCell) -> dict[str, Any]:
-  """What a dependent run starts from now: its source's name, config digest and summary's."""
-  pre = source(cell, config.pretrain.data.name)
+def _record(config: ml_collections.ConfigDict, workdir: str, cell: StageCell,
+            digests: dict[str, str] | None = None) -> dict[str, Any]:
+  """What a dependent run starts from now: its source's name, config digest (memoized in
+  ``digests``: a corpus's files are hashed once) and summary's."""
+  pre, digests = source(cell, config.pretrain.data.name), {} if digests is None else digests
+  if pre.name not in digests:
+    digests[pre.name] = digest(configure(config, workdir, pre))
   summary = os.path.join(workdir, pre.name, SUMMARY_FILE)
-  return {'source': pre.name, 'config': digest(configure(config, workdir, pre)),
+  return {'source': pre.name, 'config': digests[pre.name],
           'summary': storage.sha256(summary) if storage.exists(summary) else None}
 
 
-def _source_changes(config: ml_collections.ConfigDict, workdir: str,
-                    cell: StageCell) -> list[str]:
-  """Why a dependent run no longer follows from its pre-training run ([] if it does)."""
+def _source_changes(config: ml_collections.ConfigDict, workdir: str, cell: StageCell,
+                    digests: dict[str, str]) -> list[str]:
+  """Why a dependent run no longer follows from its pre-training run ([] if it does);
+  ``digests``: the pre-training runs' config digests now, filled as they are computed."""
   run_dir = os.path.join(workdir, cell.name)
   path = os.path.join(run_dir, SOURCE_FILE)
   if not storage.exists(path):
     run = report_lib.load_run(run_dir)
     return ['no record of the pre-training it started from'] if run and run.summary else []
-  saved, now = storage.read_json(path), _record(config, workdir, cell)
+  saved, now = storage.read_json(path), _record(config, workdir, cell, digests)
   if saved['config'] != now['config']:
     return [f'its pre-training {now["source"]} has another config or data now']
   if saved['summary'] != now['summary']:
@@ -209,14 +227,14 @@ def stale_cells(config: ml_collections.ConfigDict, workdir: str,
                 cells: Sequence[StageCell]) -> dict[StageCell, list[str]]:
   """Runs made with another config or data than the grid gives now, pre-training runs' changes
   carried to the runs that depend on them, with what differs."""
-  stale = {}
+  stale, digests = {}, {}
   for cell in cells:
     run_dir, run_config = os.path.join(workdir, cell.name), configure(config, workdir, cell)
     if cell.stage == PRETRAIN:
       changes = ablation.cell_changes(run_dir, run_config)
     else:
       changes = (ablation.cell_changes(run_dir, run_config, _DEPENDENT_FIELDS)
-                 + _source_changes(config, workdir, cell))
+                 + _source_changes(config, workdir, cell, digests))
     if changes:
       stale[cell] = changes
   return stale
@@ -336,7 +354,7 @@ def _length_comparisons(config: ml_collections.ConfigDict,
                         tuned: dict[tuple, report_lib.Run]) -> list[str]:
   """Each pre-trained scheme at each longer length against the baseline scheme at the shortest
   (the paper's claim (d): RoFormer at 1024 beats BERT at 512), Holm over the rows."""
-  baseline = config.two_stage.length_baseline
+  baseline = options(config).length_baseline
   lines = []
   for dataset, attention in dict.fromkeys((k[0], k[2]) for k in tuned):
     mine = [k for k in tuned if (k[0], k[2]) == (dataset, attention) and k[3]]
