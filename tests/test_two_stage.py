@@ -9,11 +9,13 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from configs import tiny
 from configs.ablation import two_stage as two_stage_config
 from experiments import ablation
+from experiments import report
 from experiments import two_stage
 import settings
 from training import carry
@@ -209,3 +211,34 @@ def test_train_py_takes_the_model_from_init_from(tmp_path, csv_file):
   assert proc.returncode == 2, proc.stderr[-3000:]
   error = proc.stderr.strip().splitlines()[-1]
   assert 'model.hidden_size (32 there, 48 here)' in error and 'model.position' not in error
+
+
+def fake_run(name: str, accuracy: list[float]):
+  summary = {'seeds': list(range(len(accuracy))), 'eval': {'test': {'accuracy': accuracy}}}
+  return report.Run(name, '', 'manpages', name.split('/')[-1].split('-')[0], 'softmax',
+                    summary=summary)
+
+
+def test_overview_pairs_the_stages_and_the_lengths_by_seed():
+  """Pre-trained against from scratch per scheme, and rotary at 1024 against learned at 512 (the
+  paper's claim (d)), on known accuracies: the per-seed differences' mean, in points."""
+  c = two_stage_config.get_config()
+  acc = {('finetune', 'rotary', 512): [0.7, 0.8, 0.9], ('scratch', 'rotary', 512): [0.6, 0.6, 0.6],
+         ('finetune', 'learned', 512): [0.5, 0.6, 0.7], ('scratch', 'learned', 512): [0.5, 0.6, 0.7],
+         ('finetune', 'rotary', 1024): [0.9, 0.9, 0.95]}
+  runs = {two_stage.StageCell(stage, ablation.Cell('manpages', scheme, 'softmax', length)):
+          fake_run(f'{stage}/manpages/{scheme}-L{length}', a)
+          for (stage, scheme, length), a in acc.items()}
+  md = '\n'.join(two_stage.overview(c, runs))
+  sections = {part.split(':')[0]: {line.split(' | ')[0].strip('| '): line
+                                   for line in part.splitlines() if line.startswith('|')}
+              for part in md.split('## ')[1:]}
+  rows = sections['manpages at 512 tokens']
+  gain = 100 * np.mean(np.subtract([0.7, 0.8, 0.9], 0.6))  # 20 points on average
+  assert f'{gain:+.1f} [' in rows['rotary'] and '(zero variance)' in rows['learned']
+  assert '80.0 ± 10.0 | 60.0 ± 0.0' in rows['rotary']
+  # Every difference positive: sign-flip p = 2/2^3; Holm over the 2 schemes doubles it.
+  assert f'p={2 * 2 / 2**3:.2g}' in rows['rotary']
+  longer = 100 * np.mean(np.subtract([0.9, 0.9, 0.95], [0.5, 0.6, 0.7]))
+  assert f'{longer:+.1f} [' in sections['manpages']['rotary at 1024']
+  assert 'manpages: longer context against learned at 512 tokens' in md
