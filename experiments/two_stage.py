@@ -323,8 +323,9 @@ def overview(config: ml_collections.ConfigDict, runs: dict[StageCell, report_lib
     lines += [f'## {title}: pre-trained against from scratch', '',
               'Test accuracy (%), mean ± std over seeds; the difference in points [95% CI], '
               'Holm-adjusted p over the schemes:', '',
-              *_table(['scheme', 'pre-trained', 'from scratch', 'pre-trained − from scratch'],
-                      rows), '']
+              *report_lib.markdown_table(
+                  ['scheme', 'pre-trained', 'from scratch', 'pre-trained − from scratch'], rows),
+              '']
   lines += _length_comparisons(config, tuned)
   return lines
 
@@ -335,12 +336,8 @@ def _paired(a: report_lib.Run | None, b: report_lib.Run | None) -> stats.Paired 
 
 
 def _mean_std(run: report_lib.Run | None) -> str:
-  values = run.accuracy('test') if run is not None and run.summary else None
-  return report_lib._mean_std(values)  # pylint: disable=protected-access
-
-
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-  return report_lib._table(header, rows)  # pylint: disable=protected-access
+  """Test accuracy in %, mean ± std over seeds ('n/a' if not finished)."""
+  return report_lib.mean_std(run.accuracy('test') if run is not None and run.summary else None)
 
 
 def _difference(res: stats.Paired | None, p: float) -> str:
@@ -370,6 +367,6 @@ def _length_comparisons(config: ml_collections.ConfigDict,
     lines += [f'## {dataset}: longer context against {baseline} at {lengths[0]} tokens', '',
               f'Pre-trained, test accuracy (%); the paired difference with {baseline} at '
               f'{lengths[0]} ({_mean_std(base)}) in points [95% CI], Holm-adjusted p:', '',
-              *_table(['scheme at length', 'accuracy', f'− {baseline} at {lengths[0]}'], rows),
-              '']
+              *report_lib.markdown_table(
+                  ['scheme at length', 'accuracy', f'− {baseline} at {lengths[0]}'], rows), '']
   return lines

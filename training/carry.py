@@ -36,7 +36,9 @@ def shaping_fields(source: RunConfig) -> tuple[str, ...]:
 def carried(source: RunConfig, explicit: Collection[str] = ()) -> dict[str, Any]:
   """The dotted fields a fine-tune of ``source`` takes from it, but those in ``explicit``."""
   values = validation.flatten(settings.to_dict(source))
-  fields = {f: values[f] for f in shaping_fields(source) if f not in _NOT_CARRIED}
+  # A list-valued field as the command line gives it (comma-separated), the ConfigDict's type.
+  fields = {f: ','.join(map(str, values[f])) if isinstance(values[f], list) else values[f]
+            for f in shaping_fields(source) if f not in _NOT_CARRIED}
   fields['data.tokenizer'] = _TOKENIZER.get(source.data.tokenizer, source.data.tokenizer)
   return {f: v for f, v in fields.items() if f not in explicit}
 
