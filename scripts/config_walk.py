@@ -4,7 +4,9 @@ config or one of its groups (the same object, or a ConfigDict holding it) while
 functions, in the order first reached), the files they are in, and how often the walk returns to
 a file it had already left: ``returns`` counts every such stop; ``returns_off_stack`` only those
 whose file is not among its callers' (the config coming back to a module that had handed it on,
-not to the one that is orchestrating).
+not to the one that is orchestrating). A group's own methods (``RunConfig.check_model``,
+``ModelSettings.sizes``) are the config reading itself, not a stop: only arguments other than
+``self`` count.
 
   python scripts/config_walk.py --workdir=/tmp/walk
 """
@@ -56,7 +58,7 @@ def walk(config, workdir: str) -> list[tuple[str, str, frozenset[str]]]:
     if rel.split(os.sep)[0] in SKIP:
       return None
     args = frame.f_code.co_varnames[:frame.f_code.co_argcount + frame.f_code.co_kwonlyargcount]
-    values = [frame.f_locals.get(a) for a in args]
+    values = [frame.f_locals.get(a) for a in args if a != 'self']
     if any(id(v) in watched for v in values):
       calls.append((rel, frame.f_code.co_name, _stack_files(frame.f_back)))
     return None

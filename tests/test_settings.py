@@ -138,3 +138,7 @@ def test_the_config_travels_one_way_through_a_run(run_config, csv_file, tmp_path
                          'train.checkpoint_every': 2})
   calls = config_walk.walk(config, str(tmp_path / 'run'))
   assert config_walk.summary(calls)['returns_off_stack'] == 0, calls
+  config.train.init_from = str(tmp_path / 'run')  # a fine-tune: the source is checked once
+  calls = config_walk.walk(config, str(tmp_path / 'fine_tune'))
+  assert ('training/init_from.py', 'check_source') in [c[:2] for c in calls]
+  assert config_walk.summary(calls)['returns_off_stack'] == 0, calls

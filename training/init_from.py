@@ -14,7 +14,7 @@ never reads ``init_from`` again.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -72,7 +72,15 @@ def _kind(source: str) -> str:
                         'Give the folder of a finished run or of a checkpoint.') from None
 
 
-def check_source(config: RunConfig) -> None:
+class Source(NamedTuple):
+  """Where a run's first parameters come from, decided once by ``check_source``."""
+
+  path: str  # canonical
+  kind: str  # 'workdir', 'huggingface' or 'converted'
+  init_head: bool  # train.init_head
+
+
+def check_source(config: RunConfig) -> Source:
   """Checks that the source's parameters fit this run's model (InitFromError naming fields)."""
   source = storage.canonical(config.train.init_from)
   kind = _kind(source)
@@ -101,6 +109,7 @@ def check_source(config: RunConfig) -> None:
         + '; '.join(f'{f} ({v!r} there, {_field(config, f)!r} here)' for f, v in differing.items())
         + '. Set these fields as the source has them: '
         + ' '.join(f'--config.{f}={_flag(v)}' for f, v in differing.items()) + '.')
+  return Source(source, kind, config.train.init_head)
 
 
 def _flag(value: Any) -> Any:
@@ -192,11 +201,9 @@ def _from_checkpoint(source: str, kind: str, exp: Any) -> tuple[Any, list[int], 
   return saved, [0] * len(exp.seeds), f'{kind} checkpoint'
 
 
-def initial_state(state: Any, exp: Any, config: RunConfig) -> Any:
-  """``state`` (freshly initialised) with its parameters replaced by the source's."""
-  source = storage.canonical(config.train.init_from)
-  check_source(config)
-  kind = _kind(source)
+def initial_state(state: Any, exp: Any, checked: Source) -> Any:
+  """``state`` (freshly initialised) with its parameters replaced by the ``checked`` source's."""
+  source, kind = checked.path, checked.kind
   saved, members, described = (_from_workdir(source, exp) if kind == 'workdir'
                                else _from_checkpoint(source, kind, exp))
   if len(set(members)) == 1 and len(set(exp.seeds)) > 1:
@@ -204,14 +211,14 @@ def initial_state(state: Any, exp: Any, config: RunConfig) -> Any:
                   'fine-tuning noise only')
   ours = _flat(state.params)
   theirs = {k: v for k, v in _flat(saved).items()
-            if config.train.init_head or not k.startswith(HEAD + '/')}
+            if checked.init_head or not k.startswith(HEAD + '/')}
   copied = {k: _mapped(ours[k], v, members, k) for k, v in theirs.items() if k in ours}
   # Each array is named once: ours not copied (the head, unless init_head), or the source's
   # without a counterpart here (a pre-trained language model's prediction head).
   fresh = sorted(set(ours) - set(copied))
   unused = sorted(set(_flat(saved)) - set(ours))
   head = ' (train.init_head=False: the source\'s head is not copied)' if any(
-      k.startswith(HEAD + '/') for k in fresh) and not config.train.init_head else ''
+      k.startswith(HEAD + '/') for k in fresh) and not checked.init_head else ''
   console(f'Initialised {len(copied)} of {len(ours)} parameter arrays from {source} '
           f'({described}); newly initialised: {", ".join(fresh) or "none"}{head}; unused from '
           f'the source: {", ".join(unused) or "none"}.')

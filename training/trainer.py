@@ -71,9 +71,7 @@ def train_and_evaluate(config: RunConfig | ml_collections.ConfigDict,
   config = run_config(config)
   config.check_model()
   validated = validation.validate(config, workdir)
-  start_from_source = init_from.needed(config, workdir)
-  if start_from_source:
-    init_from.check_source(config)
+  source = init_from.check_source(config) if init_from.needed(config, workdir) else None
   workdir = storage.canonical(workdir)
   new = _is_new(workdir)
   storage.makedirs(workdir)
@@ -82,9 +80,9 @@ def train_and_evaluate(config: RunConfig | ml_collections.ConfigDict,
     # at the first step (saved there, exit 0), not the default kill (exit 143).
     watcher = stack.enter_context(preemption.Watcher())
     try:
-      if start_from_source and jax.process_index() == 0:
+      if source and jax.process_index() == 0:
         init_from.copy_tokenizer(config, workdir)
-      run, state = _setup(config, workdir, validated, stack, held)
+      run, state = _setup(config, workdir, validated, source, stack, held)
     except BaseException:
       if new:  # refused at its setup: the new workdir is left as it was found
         stack.close()  # the checkpointer and writers first: closing them may still write
@@ -109,8 +107,10 @@ def _empty(workdir: str) -> None:
 
 
 def _setup(config: RunConfig, workdir: str, validated: validation.Validated,
-           stack: contextlib.ExitStack, held: workdir_lib.Held) -> tuple[_Run, Any]:
-  """The run and its newest intact checkpoint (or initial state); ``stack`` closes what it opens."""
+           source: init_from.Source | None, stack: contextlib.ExitStack,
+           held: workdir_lib.Held) -> tuple[_Run, Any]:
+  """The run and its newest intact checkpoint (or its initial state, from ``source`` when
+  given); ``stack`` closes what it opens."""
   exp, mesh = Experiment(config, workdir, validated.placement), validated.placement.mesh
   for _, length in exp.final_splits():  # a final evaluation that cannot fit is refused now
     exp.eval_batch_size(length)
@@ -126,8 +126,8 @@ def _setup(config: RunConfig, workdir: str, validated: validation.Validated,
     console(f'Resumed from step {start} in {workdir}.')
   else:
     state = exp.init_state()
-    if config.train.init_from:
-      state = init_from.initial_state(state, exp, config)
+    if source:
+      state = init_from.initial_state(state, exp, source)
   if exp.model_config.language_model:
     tokens = sum(int(rows['mask'].sum()) for rows in exp.dataset.train_rows())
     console(f'{exp.info.name}: {tokens:,} training tokens (this process\'s shards) packed '
