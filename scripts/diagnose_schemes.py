@@ -1,7 +1,8 @@
 """Why some seeds of the learned-table schemes (shaw, t5, learned) stay at chance on the main
 job's order probe: controlled runs of the main job's cell, instrumented (issue 30, item 7).
 
-  python scripts/diagnose_schemes.py [--runs=t5-rates,shaw-rates] [--out=docs/ablation_probes/diagnostic]
+  python scripts/diagnose_schemes.py --time_members  # every run in RUNS, then the report
+  python scripts/diagnose_schemes.py --runs=t5-rates,shaw-base  # some runs only
   python scripts/diagnose_schemes.py --report_only  # rebuilds report.md and runs.csv
 
 Each run is one cell of ``configs/ablation/probes.py`` (its ``get_config`` and
@@ -75,8 +76,88 @@ RUNS['t5-buckets128'] = ('t5', {'optim.learning_rates': BASE_RATE, 'model.t5_num
 # model.shaw_max_distance (16) is a bin edge.
 DISTANCE_BINS = ((1, 16), (17, 32), (33, 62))
 MARKER_IDS = (ord('A') + 4, ord('B') + 4)  # byte tokens: id = byte + 4 (data/tokenizers.py)
+# Candidates for the main job: the relative tables at N(0, 1) through the library's field, and
+# twice the steps at one rate (8 members x 600 steps: the main job's 16 x 300 member-steps).
+RUNS.update({
+    f'{p}-rel1-steps600': (p, {'optim.learning_rates': BASE_RATE, 'train.num_steps': 600,
+                               'model.relative_init_std': 1.0}, 'default', 'candidate')
+    for p in ('t5', 'shaw')})
+RUNS.update({  # the same with the existing knob: the position tables' rate at 30x
+    f'{p}-mult30-steps600': (p, {'optim.learning_rates': BASE_RATE, 'train.num_steps': 600,
+                                 'optim.position_lr_multiplier': 30.0}, 'default', 'candidate')
+    for p in ('t5', 'shaw', 'learned')})
 SOLVED = 0.95  # validation accuracy a seed must reach to count as converged
-FINDINGS = '(findings: filled in once the runs are in)'
+ESCAPED = 0.6  # validation accuracy that marks leaving the chance plateau
+SPLIT_STEPS = (25, 50, 100, 150, 200, 300, 600, 1000)  # rows of the solved-vs-stuck tables
+# Written from the committed runs (the tables below are regenerated; this text is not).
+FINDINGS = """## Findings
+
+1. **No bug in our implementation.** `optim.position_lr_multiplier` reaches every table (paths
+   below: shaw's two per-layer `key_table`s, t5's and learned's `embedding`); no table's
+   gradient is ever zero (runs.csv; the smallest are on converged seeds); t5's buckets put keys
+   after the query in the upper half, as Hugging Face's `T5Attention._relative_position_bucket`
+   does (`relative_position > 0` adds `num_buckets // 2`), so A-before-B and B-before-A never
+   share a bucket.
+2. **The split is when a seed leaves the chance plateau.** Every seed starts at loss 0.69 (a
+   position-free model is exactly at chance on this probe: the order signal is the product of a
+   position contrast and content attention between the markers, both ~0 at init, a saddle). On
+   the plateau the tables' gradient norm is ~1e-4, 100-1000x below the rest's (solved vs stuck
+   table below). Seeds leave it at different steps (t5 at 3e-3: 75-175; shaw: 50-225), then
+   converge within ~100 steps; the cosine schedule reaches 0 at step 300, so a seed not out by
+   ~200 stays at chance. "Stuck" seeds are late, not different: with 1000 steps every seed of
+   t5 (8/8, the last leaving at step 500) and shaw (8/8) converges.
+3. **Which seeds are late is set by the shared init and data order, not by the table's
+   values**: t5's seeds 0, 2, 4 are the stuck ones at 3e-3, at 1e-2 and with the table
+   zero-initialised (t5-zero: 5/8; shaw-zero 3/8: zero init is no fix).
+4. **A higher rate is worse**: 1e-2 converges t5 1/8, shaw 0/8, learned 0/8; 3e-2 0/8 for all
+   three. 3e-3 is the best of {1e-3 (the main job), 3e-3, 1e-2, 3e-2}: "chosen at the top of the
+   grid" is an artefact of the 2-rate grid, and a grid with 1e-2 makes it interior.
+5. **The table's own step size (or starting size) decides the escape**: t5 with the multiplier
+   at 1x: 0/8 (no seed leaves), 10x (the main job): 4/8, 30x: 7/8 (the eighth 0.90); shaw 1x:
+   0/8, 30x: 4/8 but no seed at chance (0.73-0.83). The same tables started 10x larger,
+   N(0, 1) (`x10`, now `model.relative_init_std=1.0`): t5 7/8 (the eighth 0.93), every seed out
+   by step 75; shaw 5/8, no seed at chance.
+6. **Shaw's ~0.73 seeds sit on a second plateau**: they have solved the pairs further apart than
+   the clip distance 16 (accuracy 0.87-0.89 for |B - A| in 33-62), through the two clipped rows
+   that 55% of the pairs share, but not yet the near pairs (0.64-0.68 for 1-16), each with a row
+   of its own; seeds that converge pass through it (0.71 at step 100, 1.00 by 200). Clipping at
+   64 instead (every distance its own row): 5/8 vs 4/8, not the cause. t5's one late seed
+   (seed 1, 0.92) has the same shape: 1.00 beyond 16, 0.83 within (t5-base).
+7. **T5's bucket layout is not the cause**: from [CLS] the markers share a bucket in 12% of the
+   examples with 32 buckets; with 128 buckets (never shared) only 1/8 converges: more buckets,
+   each trained on fewer pairs, escape later.
+8. **learned is the scheme, not the budget**: no setting tried converges its seeds (3e-3: 1/8;
+   1000 steps: 1/8; multiplier 1x: 1/8, 30x: 0/8; N(0, 1) table: 0/8, it drowns the N(0, 0.1)
+   tokens).
+   Its seeds do leave the plateau, then fall back: at 1000 steps seeds 3, 4 and 7 show the
+   table's norm jump from ~8 to ~17 while the loss stays at 0.69, and seed 7 goes from 0.74
+   back to 0.50. It must learn an order over 63 separately trained rows; mark its row.
+
+## Recommendation for the main job
+
+* **Rates**: `3e-3` alone (8 members, not 16): every scheme chose it, and for the three learned
+  tables 1e-2 and 3e-2 are worse (finding 4); the freed members pay for twice the steps. With
+  one rate the report chooses nothing: cite these runs for the table schemes; sinusoidal, alibi,
+  rotary (and new schemes) were not run at 1e-2 here.
+* **Steps**: `train.num_steps=600` (warmup 30, eval every 60 keeps 10 points per curve).
+* **Tables**: `optim.position_lr_multiplier=30` (an existing knob), or equivalently
+  `model.relative_init_std=1.0` (new field, default 0 = unchanged; shaw and t5 only, learned
+  keeps N(0, init_std)) with the multiplier left at 10. Measured, 8 seeds at 3e-3 and 600
+  steps: t5 8/8 with either; shaw 7/8 with either, its seed 1 still on the second plateau
+  (0.73 with 30x, 0.75 with the init); every other seed >= 0.97.
+* Only 1000 steps made every shaw seed converge (8/8, as t5): 8 x 1000 member-steps, 1.67x
+  the main job's 16 x 300 (about +45-60 s of training per scheme on a quiet machine): over the
+  15-minute budget with ~12 schemes, so the report should instead mark shaw's one late seed.
+* **learned**: no budget tried converges its seeds; the report should mark its row with
+  finding 8 and the README's conclusions should not rest on it.
+
+Cost: 8 members x 600 steps is the main job's 16 x 300 member-steps; with `train.members=loop`
+(CPU) a step's time grows with the members (timed below), and the validation passes (every 60
+steps x 8 members vs every 30 x 16) and the final test passes (the 8 chosen members either way)
+are the same, so the cost per scheme is the main job's (its report: 300 steps x 0.19-0.30 s =
+56-91 s of training and 13-61 s of evaluation per scheme, plus compiling), the training part
+scaled by the step-time ratio below.
+"""
 
 
 def run_config(name: str, num_seeds: int):
@@ -235,20 +316,32 @@ def load_records(out: str) -> list[dict]:
   return records
 
 
+def first_steps(record: dict, members: np.ndarray, level: float) -> str:
+  """Per member, the first recorded step with validation accuracy >= level ('-': never)."""
+  acc_TxN = np.asarray([p['val_accuracy'] for p in record['curve']])[:, members]
+  steps = [p['step'] for p in record['curve']]
+  return ' '.join(str(steps[int(np.argmax(a >= level))]) if np.any(a >= level) else '-'
+                  for a in acc_TxN.T)
+
+
 def summary_table(records: list[dict]) -> list[str]:
-  """One row per (run, rate): per-seed final validation accuracy and the converged count."""
+  """One row per (run, rate): per-seed final validation accuracy, the converged count and
+  when each seed left the chance plateau."""
   lines = ['| run | varied | scheme | rate | pos. mult. | table init | steps | validation '
-           'accuracy per seed (final) | converged | s/step | run wall s |',
-           '|---|---|---|---|---|---|---|---|---|---|---|']
+           f'accuracy per seed (final) | converged | first step >= {ESCAPED} per seed | '
+           's/step | run wall s |', '|---|---|---|---|---|---|---|---|---|---|---|---|']
   for r in records:
     acc, rates = final_accuracy(r), np.asarray(r['learning_rates'])
+    std = r['overrides'].get('model.relative_init_std')
+    init = r['init'] if std is None else f'relative_init_std={std:g}'
     for rate in sorted(set(r['learning_rates'])):
       a = acc[rates == rate]
       lines.append(f'| {r["name"]} | {r["factor"]} | {r["position"]} | {rate:g} | '
-                   f'{r["position_lr_multiplier"]:g} | {r["init"]} | {r["num_steps"]} | '
+                   f'{r["position_lr_multiplier"]:g} | {init} | {r["num_steps"]} | '
                    + ' '.join(f'{x:.2f}' for x in a)
-                   + f' | {int(np.sum(a >= SOLVED))}/{len(a)} | {r["median_step_s"]:.3f} | '
-                   f'{r["wall_s"]:.0f} |')
+                   + f' | {int(np.sum(a >= SOLVED))}/{len(a)} | '
+                   f'{first_steps(r, np.flatnonzero(rates == rate), ESCAPED)} | '
+                   f'{r["median_step_s"]:.3f} | {r["wall_s"]:.0f} |')
   return lines
 
 
@@ -264,6 +357,8 @@ def split_table(record: dict, rate: float) -> list[str]:
            '| step | group | val. acc. | train loss | grad norm tables | grad norm rest | '
            'table norm | after-minus-before |', '|---|---|---|---|---|---|---|---|']
   for point in record['curve']:
+    if point['step'] not in SPLIT_STEPS:
+      continue
     for group, idx in groups.items():
       if not len(idx):
         continue
@@ -312,6 +407,21 @@ def bucket_layout(num_buckets: int, max_distance: int = 64) -> str:
           'always falls in different halves.')
 
 
+def timing_lines(out: str) -> list[str]:
+  """The 16- vs 8-member step times (``--time_members``), if measured."""
+  path = os.path.join(out, 'timing.json')
+  if not os.path.exists(path):
+    return []
+  with open(path) as f:
+    t = json.load(f)
+  sixteen, eight = t['16_members_step_s'], t['8_members_step_s']
+  return ['## Step time: 16 vs 8 members', '',
+          f'{t["position"]}, the main job\'s cell, timed side by side in one process (1-min load '
+          f'average {t["load_average"]:.1f}): 16 members (2 rates x 8 seeds) {sixteen:.3f} s per '
+          f'step, 8 members (1 rate) {eight:.3f} s, ratio {eight / sixteen:.2f}: 8 x 600 steps '
+          f'costs {2 * eight / sixteen:.2f}x the training time of 16 x 300.', '']
+
+
 def write_report(out: str, command: str) -> str:
   """Writes runs.csv and report.md from the finished runs; returns the report."""
   records = load_records(out)
@@ -323,14 +433,16 @@ def write_report(out: str, command: str) -> str:
   wall = sum(r['wall_s'] for r in records)
   load = np.mean([r['load_average'] for r in records]) if records else 0.0
   lines = [f'# Why seeds of shaw, t5 and learned split on the order probe (issue 30, item 7)',
-           '', f'Regenerate: `{command}` (report only: add `--report_only`). '
-           f'{len(records)} runs, {wall / 60:.0f} min of wall time in all on a 2-core machine '
-           f'shared with other jobs (mean 1-min load average at the end of a run: {load:.1f}); '
-           'per-step times below are under that load.', '', FINDINGS, '',
+           '', f'Regenerate: `{command}` (runs already in runs/ are skipped: delete them to '
+           'train again; `--report_only` rebuilds this page and runs.csv only). '
+           f'{len(records)} runs, {wall / 60:.0f} min of wall time summed over runs (they ran '
+           '1-5 at a time on a 2-core machine shared with other jobs; mean 1-min load average at '
+           f'the end of a run: {load:.1f}); per-step times below are under that load.', '',
+           FINDINGS, '',
            '## Implementation checks', '',
            'Parameters that get `optim.position_lr_multiplier` (`optim.position_mask`):', '',
            *mask_paths(), '', 'T5 bucket layout on the probe (length 64, [CLS] at 0):', '',
-           bucket_layout(32), bucket_layout(128), '', '## Runs', '',
+           bucket_layout(32), bucket_layout(128), '', *timing_lines(out), '## Runs', '',
            f'Converged: final validation accuracy >= {SOLVED}. Each run is the main job\'s cell '
            '(configs/ablation/probes.py) with only the listed field changed; 8 seeds per rate, '
            'seeds 0-7 as in the main job (same data order and shared init).', '',
@@ -344,6 +456,29 @@ def write_report(out: str, command: str) -> str:
   return text
 
 
+def time_members(position: str, rounds: int = 3, steps: int = 10) -> dict[str, float]:
+  """Median train-step seconds of the main job's 16 members (2 rates x 8 seeds) and of the
+  candidates' 8 (one rate), built side by side and timed in alternating rounds (one load)."""
+  runs, times = {}, {16: [], 8: []}
+  for members, rates in ((16, '1e-3,3e-3'), (8, '3e-3')):
+    config = probes.get_config()
+    config.ablation.learning_rates = rates
+    rc = ablation.cell_config(config, ablation.Cell('position_probes/order', position,
+                                                    'softmax', None))
+    exp = Experiment(rc, tempfile.mkdtemp())
+    batch = exp.global_batch(next(exp.train_batches(0)))
+    runs[members] = [exp.train_step.lower(exp.init_state(), batch).compile(), exp.init_state(),
+                     batch]
+  for _ in range(rounds):
+    for members, run in runs.items():
+      for _ in range(steps):
+        t0 = time.perf_counter()
+        run[1], m = run[0](run[1], run[2])
+        jax.block_until_ready(m)
+        times[members].append(time.perf_counter() - t0)
+  return {f'{k}_members_step_s': float(np.median(v)) for k, v in times.items()}
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--runs', default=','.join(RUNS),
@@ -353,6 +488,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   parser.add_argument('--out', default='docs/ablation_probes/diagnostic',
                       help='Runs (runs/<name>.json), runs.csv and report.md go here.')
   parser.add_argument('--report_only', action='store_true', help='Rebuild the report only.')
+  parser.add_argument('--time_members', action='store_true',
+                      help='Also time 16 vs 8 members per step (t5) for the cost estimate.')
   return parser.parse_args(argv)
 
 
@@ -363,6 +500,10 @@ def main(argv: list[str] | None = None) -> None:
   if unknown:
     raise SystemExit(f'--runs names {unknown}; valid: {", ".join(RUNS)}.')
   os.makedirs(os.path.join(args.out, 'runs'), exist_ok=True)
+  timing_path = os.path.join(args.out, 'timing.json')
+  if args.time_members and not args.report_only and not os.path.exists(timing_path):
+    with open(timing_path, 'w') as f:
+      json.dump({'position': 't5', 'load_average': os.getloadavg()[0], **time_members('t5')}, f)
   for name in [] if args.report_only else names:
     path = os.path.join(args.out, 'runs', f'{name}.json')
     if os.path.exists(path):
@@ -370,9 +511,20 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as workdir:
       record = train_run(name, args.seeds, args.every, workdir)
     with open(path, 'w') as f:
-      json.dump(record, f)
+      json.dump(rounded(record), f)
     print(f'{name}: {record["wall_s"]:.0f} s', summary_line(record), flush=True)
-  write_report(args.out, 'python scripts/diagnose_schemes.py')
+  write_report(args.out, 'python scripts/diagnose_schemes.py --time_members')
+
+
+def rounded(value):
+  """``value`` with every float to 4 significant digits (the runs' JSON stays small)."""
+  if isinstance(value, float):
+    return float(f'{value:.4g}')
+  if isinstance(value, dict):
+    return {k: rounded(v) for k, v in value.items()}
+  if isinstance(value, list):
+    return [rounded(v) for v in value]
+  return value
 
 
 def final_accuracy(record: dict) -> np.ndarray:
