@@ -446,7 +446,11 @@ def write_report(out: str, command: str) -> str:
            f'Converged: final validation accuracy >= {SOLVED}. Each run is the main job\'s cell '
            '(configs/ablation/probes.py) with only the listed field changed; 8 seeds per rate, '
            'seeds 0-7 as in the main job (same data order and shared init).', '',
-           *summary_table(records), '', '## Solved vs stuck seeds at the main job\'s budget', '']
+           *summary_table(records), '', '## Solved vs stuck seeds at the main job\'s budget', '',
+           'Means over each group (final validation accuracy >= or < the converged mark). '
+           'after-minus-before: t5, the largest over heads of |mean bias of the buckets after '
+           'the query - of those before|; shaw, the largest over layers of the norm of (mean row '
+           'after - mean row before). Gradient norms on that step\'s batch.', '']
   for r in records:
     if r['factor'] == 'rate':
       lines += [*split_table(r, 3e-3), '']
