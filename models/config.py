@@ -140,6 +140,10 @@ class ModelSettings:
   # CoPE: position embeddings per direction; contextual positions are clipped at npos - 1. The
   # authors' default is the training length + 1 (data.max_length + 1).
   cope_npos: int = settings.setting(65, P)
+  # Std of the normal init of the relative-position tables (shaw's rows, t5's bucket biases);
+  # 0 takes model.init_std. At init_std 0.1 they start without a usable position signal and
+  # some seeds never leave the chance plateau (docs/ablation_probes/diagnostic/report.md).
+  relative_init_std: float = settings.setting(0.0, R)
   # Linear attention feature map phi: 'elu+1' or 'relu'.
   linear_feature_map: str = settings.setting('elu+1', R)
 
@@ -189,6 +193,9 @@ class ModelConfig(ModelSettings):
       _positive(f'model.{name}', getattr(self, name))
     if self.type_vocab_size < 0:
       raise ValueError(f'model.type_vocab_size must be >= 0, got {self.type_vocab_size}.')
+    if self.relative_init_std < 0:
+      raise ValueError(f'model.relative_init_std must be >= 0 (0: model.init_std), got '
+                       f'{self.relative_init_std}.')
     _rate('model.dropout_rate', self.dropout_rate)
     _rate('model.attention_dropout_rate', self.attention_dropout_rate)
     _choice('model.attention', self.attention, ATTENTION_KINDS)
@@ -286,8 +293,13 @@ class ModelConfig(ModelSettings):
 
   @property
   def initializer(self):
-    """N(0, init_std) for every kernel, embedding and position table."""
+    """N(0, init_std) for every kernel, embedding and absolute position table."""
     return nnx.initializers.normal(self.init_std)
+
+  @property
+  def relative_initializer(self):
+    """N(0, relative_init_std, or init_std if 0) for the relative-position tables."""
+    return nnx.initializers.normal(self.relative_init_std or self.init_std)
 
   @property
   def head_dim(self) -> int:

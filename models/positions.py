@@ -268,7 +268,7 @@ class ShawHooks(LayerHooks):
     shape = (2 * cfg.shaw_max_distance + 1, cfg.head_dim)
 
     def table() -> nnx.Param:
-      return nnx.Param(cfg.initializer(rngs.positions(), shape, jnp.float32),
+      return nnx.Param(cfg.relative_initializer(rngs.positions(), shape, jnp.float32),
                        **sharding.param_metadata((None, sharding.KV)))
 
     self.key_table = table()
@@ -418,7 +418,8 @@ class T5(PairBias):
   def __init__(self, cfg, *, rngs: nnx.Rngs):
     super().__init__(cfg, t5_bias, (cfg.t5_num_buckets, cfg.t5_max_distance, not cfg.causal))
     self.embedding = nnx.Param(
-        cfg.initializer(rngs.positions(), (cfg.t5_num_buckets, cfg.num_heads), jnp.float32),
+        cfg.relative_initializer(rngs.positions(), (cfg.t5_num_buckets, cfg.num_heads),
+                                 jnp.float32),
         **sharding.param_metadata((None, sharding.HEADS)))
 
   @classmethod

@@ -290,6 +290,7 @@ def test_learned_position_values_out_of_range_are_nan():
     ({'attention': 'linear', 'attention_dropout_rate': 0.1}, 'attention_dropout_rate'),
     ({'position': 't5', 't5_num_buckets': 7}, 'model.t5_num_buckets'),
     ({'position': 'shaw', 'shaw_max_distance': 0}, 'model.shaw_max_distance'),
+    ({'position': 't5', 'relative_init_std': -1.0}, 'model.relative_init_std'),
     ({'position': 'sinusoidal', 'embedding_size': 33}, 'even embedding width'),
     ({'rope.scaling': 'yarn', 'rope.yarn_beta_fast': 0.5}, 'beta_fast'),
 ])
@@ -326,6 +327,21 @@ def test_t5_buckets():
   np.testing.assert_array_equal(buckets[(distance > 0) & (distance < 8)], 16 + np.arange(1, 8))
   assert (buckets[distance <= -128] == 15).all() and (buckets[distance >= 128] == 31).all()
   assert (np.diff(buckets[distance >= 0]) >= 0).all()
+
+
+@pytest.mark.parametrize('position', ['shaw', 't5', 'learned'])
+def test_relative_init_std_draws_only_the_relative_tables_wider(position):
+  """model.relative_init_std rescales shaw's and t5's tables (same draws); nothing else."""
+  leaves = lambda **o: {jax.tree_util.keystr(k): np.asarray(v) for k, v in
+                        jax.tree_util.tree_leaves_with_path(nnx.to_pure_dict(
+                            models.init(make_cfg(position=position, **o), key_for(0))[1]))}
+  base, wide = leaves(), leaves(relative_init_std=1.0)
+  std = make_cfg().init_std
+  relative = [k for k in base if k.endswith("['key_table']") or
+              (position == 't5' and "['positions']" in k)]
+  assert len(relative) == {'shaw': 2, 't5': 1, 'learned': 0}[position]
+  for k, v in base.items():
+    np.testing.assert_allclose(wide[k], v / std if k in relative else v, rtol=1e-5)
 
 
 def test_sinusoidal_table_matches_vaswani():
