@@ -8,11 +8,13 @@ import sys
 
 import pytest
 
+import settings
 from configs.ablation import chomsky as chomsky_config
 from configs.ablation import probes
 from experiments import ablation
 from experiments import chomsky_report
 from experiments import report
+from training import validation
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -40,6 +42,25 @@ def test_an_empty_axis_keeps_the_base_configs_positions_and_names():
   cell = ablation.check_grid(c)[-1]
   assert cell.name == 'position_probes-order/rotary'
   assert ablation.cell_config(c, cell).data.random_positions == 512
+
+
+def test_finished_plain_and_randomized_cells_go_stale_when_their_config_changes(tmp_path):
+  c = chomsky_config.get_config()
+  c.ablation.datasets = 'chomsky/parity_check'
+  c.ablation.positions = 'rotary'
+  cells = ablation.check_grid(c)
+  for cell in cells:  # as train_and_evaluate leaves a finished run
+    run_dir = tmp_path / cell.name
+    run_dir.mkdir(parents=True)
+    validation.save_config(settings.to_dict(ablation.cell_config(c, cell)), str(run_dir), None)
+    (run_dir / 'summary.json').write_text(json.dumps(
+        {'dataset': cell.dataset, 'position': cell.position, 'attention': cell.attention}))
+  assert ablation.stale_cells(c, str(tmp_path), cells) == {}
+  c.optim.grad_clip_norm = 0.5
+  stale = ablation.stale_cells(c, str(tmp_path), cells)
+  assert list(stale) == cells and all('optim.grad_clip_norm' in d[0] for d in stale.values())
+  with pytest.raises(ValueError, match='2 finished run'):
+    ablation.build_report(c, str(tmp_path), cells, command='x')
 
 
 def test_paper_budget_is_the_authors_example_on_every_task():
