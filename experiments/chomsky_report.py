@@ -44,8 +44,8 @@ WHY_WE_DIFFER = (
     'distributions; our randomized draw is one per example shared by all layers, where the '
     'authors draw per batch and, for rotary, relative and ALiBi, per layer; evaluation has '
     'dropout off and fixed draws (docs/randomized_positions.md). `shaw` and `t5` have no '
-    'published counterpart; the papers\' `relative` (Transformer-XL) has none here. With fewer '
-    'members (seeds x rates) than the papers, a best-of-members score is lower in expectation.')
+    'published counterpart; the papers\' `relative` (Transformer-XL) has none here. The fewer '
+    'the members (seeds x rates), the lower a best-of-members score in expectation.')
 
 
 def load_published(directory: str = PUBLISHED_DIR) -> dict[str, dict]:

@@ -4,9 +4,10 @@ randomized (Ruoss et al. 2023), reported beside the published tables (docs/choms
   python ablate.py --config=configs/ablation/chomsky.py --workdir=runs/chomsky        # reduced
   python ablate.py --config=configs/ablation/chomsky.py:paper --workdir=runs/chomsky_paper
 
-The default is a reduced budget that fits about 3 hours on this 2-core CPU machine: 6 tasks (2 per
-level), 7 schemes x {plain, randomized}, 3 seeds, a 2-layer model of width 32, 1,000 steps of
-batch 32, 16 examples at each of the papers' test lengths 41 .. 500. `:paper` is the authors'
+The default is a reduced budget estimated at about 3 hours on this 2-core CPU machine when idle
+(docs/chomsky.md gives the measurements): 6 tasks (2 per
+level), 7 schemes x {plain, randomized}, 3 seeds, a 2-layer model of width 32, 500 steps of
+batch 32, 4 examples at each of the papers' test lengths 41 .. 500. `:paper` is the authors'
 protocol as their code gives it (google-deepmind/randomized_positional_encodings,
 experiments/example.py): all 15 tasks, a 5-layer encoder of width 64 with 8 heads and dropout 0.1,
 batch 128, 10,000 steps of Adam at 1e-3 clipped at norm 1, 512 examples per test length; for an
@@ -38,8 +39,10 @@ BUDGETS = {
         'model.dropout_rate': 0.0,  # 500 steps of fresh examples: nothing to overfit.
         'train.num_steps': 500, 'train.batch_size': 32, 'train.eval_every': 250,
         'train.checkpoint_every': 500, 'train.log_every': 50, 'train.eval_batch_size': 80,
-        # 8 examples per length: over 460 lengths the score's sampling error is about a point.
-        'data.chomsky_samples_per_length': 8, 'data.chomsky_eval_batch_size': 8,
+        # Evaluation is most of the cost (460 lengths up to 1,000 tokens, 3 members): 4
+        # examples per length; over 460 lengths the score's sampling error is still about a
+        # point (at most 1.2 for a single-output task at 50%).
+        'data.chomsky_samples_per_length': 4, 'data.chomsky_eval_batch_size': 4,
         'data.chomsky_validation_size': 160},
     # The authors' experiments/example.py, on every task.
     'paper': {
