@@ -4,7 +4,7 @@ randomized (Ruoss et al. 2023), reported beside the published tables (docs/choms
   python ablate.py --config=configs/ablation/chomsky.py --workdir=runs/chomsky        # reduced
   python ablate.py --config=configs/ablation/chomsky.py:paper --workdir=runs/chomsky_paper
 
-The default is a reduced budget estimated at about 3 hours on this 2-core CPU machine when idle
+The default is a reduced budget estimated at 2-3 hours on this 2-core CPU machine when idle
 (docs/chomsky.md gives the measurements): 6 tasks (2 per
 level), 7 schemes x {plain, randomized}, 3 seeds, a 2-layer model of width 32, 500 steps of
 batch 32, 4 examples at each of the papers' test lengths 41 .. 500. `:paper` is the authors'
@@ -29,7 +29,7 @@ N = 2048  # Randomized positions: a sorted sample of 0 .. N - 1 (the papers' N).
 
 # Each budget's fields; the comments say why where they differ from the authors'.
 BUDGETS = {
-    # About 3 hours here in all (docs/chomsky.md gives the measured step rate).
+    # An estimated 2-3 hours here in all when idle (docs/chomsky.md gives the measurements).
     'reduced': {
         'ablation.datasets': ','.join(f'chomsky/{t}' for t in REDUCED_TASKS),
         'ablation.learning_rates': '1e-3',  # The authors' example rate.
