@@ -2,7 +2,7 @@
 
   python benchmarks/scheme_cost.py [--size=small] [--length=512] [--batch_size=4] [--rounds=7]
 
-For every scheme (none, sinusoidal, learned, shaw, t5, alibi, rotary) builds the project's train
+For every scheme (``SCHEMES``: the registry's, in this order) builds the project's train
 step (forward, backward, AdamW via optax; ``training.steps.make_step_fns``) of the same preset on
 the same synthetic byte-level batch, then times them round-robin (one step of each scheme per
 round, ``--rounds`` rounds) and reports the median step time of each relative to ``none``, plus
@@ -21,7 +21,8 @@ from absl import app, flags
 
 from benchmarks import common
 
-SCHEMES = ('none', 'sinusoidal', 'learned', 'shaw', 't5', 'alibi', 'rotary')
+SCHEMES = ('none', 'sinusoidal', 'learned', 'shaw', 't5', 'alibi', 'rotary', 'kerple_log',
+           'kerple_power', 'fire', 'cope')
 
 flags.DEFINE_string('size', 'small', 'Model preset.')
 flags.DEFINE_integer('length', 512, 'Sequence length.')
@@ -69,7 +70,8 @@ def main(_):
     figures.append(common.figure('rotary step / none step', ratio['rotary'],
                                  goal=f'<= {ROTARY_GOAL:.2f}', met=ratio['rotary'] <= ROTARY_GOAL,
                                  detail=f'fastest / fastest {ratio_min["rotary"]:.3f}'))
-  for s in ('shaw', 't5', 'alibi', 'sinusoidal', 'learned'):
+  for s in ('shaw', 't5', 'alibi', 'sinusoidal', 'learned', 'kerple_log', 'kerple_power', 'fire',
+            'cope'):
     if s in t:
       figures.append(common.figure(f'{s} step / none step', ratio[s],
                                    detail='reported, no goal'))

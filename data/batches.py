@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import sys
+import threading
 import zlib
 from typing import Callable, Iterator, Sequence, Union
 
@@ -91,6 +92,9 @@ Make = Callable[[np.ndarray, np.ndarray], Batch]
 Shuffle = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
 _TF_SEED_PAD = 498247692  # what tf.random.experimental.index_shuffle puts before a seed pair
+# TensorFlow's eager ops, called from grain's prefetch threads at once, crashed a test process
+# (a segmentation fault in two threads' tf.shape): every eager call of the batch makers holds it.
+TF_LOCK = threading.Lock()
 
 
 def index_shuffle(seed: int) -> Shuffle:
@@ -99,8 +103,9 @@ def index_shuffle(seed: int) -> Shuffle:
   def shuffle(slots, keys, nums):
     # The raw op takes one seed per slot where the public wrapper takes one for all.
     seeds = np.stack([np.full_like(keys, _TF_SEED_PAD), np.full_like(keys, seed), keys], 1)
-    return tf.raw_ops.RandomIndexShuffle(index=slots, seed=seeds, max_index=nums - 1,
-                                         rounds=4).numpy()
+    with TF_LOCK:
+      return tf.raw_ops.RandomIndexShuffle(index=slots, seed=seeds, max_index=nums - 1,
+                                           rounds=4).numpy()
   return shuffle
 
 

@@ -1,22 +1,8 @@
-r"""The user's own data: local CSV, TSV or JSONL files with a text (or two) and a label column.
+r"""The user's own data (``data.name=files``, and ``predict.py``'s input): CSV, TSV or JSONL files,
+optionally gzipped, with a text (or two: ``data.text_b_column``, texts [n, 2]) and a label column.
+How they are read (quoting, line ends, encodings) is documented in docs/data.md ("Your own
+files"). Texts are kept as raw bytes: invalid UTF-8 passes unchanged to the byte tokenizer.
 
-* Format by extension: ``.csv``; ``.tsv``/``.tab`` (tab-separated); ``.jsonl``/``.ndjson`` (one
-  JSON object per line; blank lines skipped), each optionally gzipped (``.csv.gz``). CSV/TSV
-  files need a header row, unless ``data.columns`` names their columns (headerless files such as
-  LRA Retrieval's ``label, id1, id2, text1, text2``); a UTF-8 byte-order mark (as Excel writes)
-  is skipped.
-* Quoting (``data.quoting``): by default ``.csv`` files follow CSV rules, parsed strictly, so an
-  unclosed quote is an error naming its line, not merged rows; ``.tsv``/``.tab`` files are not
-  quoted (as GLUE's are written): one row a line, fields split at every tab, a quote is text.
-  'csv' or 'none' applies one rule to every file.
-* Lines end at ``\n`` only (one ``\r`` before it is dropped; a lone ``\r`` is text): a .txt
-  file to predict on holds one example a line, so predictions line up with its lines.
-* Files are read as UTF-8: one that starts with a UTF-16/UTF-32 byte-order mark or holds NUL
-  bytes in its first 4 KiB is refused (read as UTF-8 it would give garbage texts, not an error).
-* Sentence pairs: ``data.text_b_column`` names the second text of each example (texts then have
-  shape [n, 2]).
-* Texts are kept as raw bytes: invalid UTF-8 is passed through unchanged (the byte tokenizer sees
-  the original bytes), empty texts are valid examples.
 * Labels are integers (class ids 0..n-1) when every training label is an integer, otherwise class
   names. The class list is taken from the training labels (integers: ``0..max``; names: sorted)
   and saved as ``workdir/classes.json``; when that file exists it is reused, so the class ids do

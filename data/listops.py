@@ -77,8 +77,7 @@ def evaluate(expression: str) -> int:
 
 @dataclasses.dataclass(eq=False)
 class ListOpsConfig(tfds.core.BuilderConfig):
-  """Expression sizes and split sizes; ``max_length`` counts [CLS], so expressions have at most
-  ``max_length - 1`` characters, and ``num_eval`` is the size of each evaluation split."""
+  """Expression and split sizes (the module doc); ``num_eval``: each evaluation split's."""
 
   max_length: int = 512
   min_chars: int = 128
@@ -100,9 +99,8 @@ def _random_tree(rng: random.Random, depth: int, config: ListOpsConfig) -> tuple
 
 
 def generate(config: ListOpsConfig, split: str) -> tuple[list[str], np.ndarray]:
-  """Generates one split deterministically (seeded by a hash of the config and split names):
-  expressions of ``min_chars`` to ``max_length - 1`` characters and their int64 values, exactly
-  balanced (up to one) over the 10 classes."""
+  """One split (seeded by a hash of the config and split names): expressions and their int64
+  values, balanced (up to one) over the 10 classes."""
   num = config.num_train if split == 'train' else config.num_eval
   rng = random.Random(zlib.crc32(f'listops/{config.name}/{split}'.encode()))
   quota = [num // NUM_CLASSES + (c < num % NUM_CLASSES) for c in range(NUM_CLASSES)]

@@ -44,6 +44,7 @@ def maker(texts: np.ndarray, labels: np.ndarray, tokenizer: tokenizers.Tokenizer
   def make(examples: np.ndarray, slots: np.ndarray) -> batches.Classification:
     del slots  # classification draws nothing at random
     examples = np.minimum(examples, num)
-    return _features(tokenizer, texts[examples], labels[examples],
-                     (examples < num).astype(np.float32), length, pair_layout)
+    with batches.TF_LOCK:
+      return _features(tokenizer, texts[examples], labels[examples],
+                       (examples < num).astype(np.float32), length, pair_layout)
   return make

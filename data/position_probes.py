@@ -22,8 +22,8 @@ for length extrapolation, at each of 96, 128, 192, 256, 512 and 1024 tokens with
 ``test_<n>_near`` (markers within a window of the training width: longer context, seen
 distances) and ``test_<n>_far`` (markers further apart than in any training example). Sizes:
 20k train, 500 validation and test, 500 in each extrapolation split up to 128 tokens, then 32,768
-tokens' worth (170 at 192 tokens ... 32 at 1024). Classes are exactly balanced in every split. Every split is generated from its own fixed seed, so the data are identical on
-every machine.
+tokens' worth (170 at 192 tokens ... 32 at 1024). Classes are exactly balanced in every split.
+Every split is generated from its own fixed seed, so the data are identical on every machine.
 """
 
 from __future__ import annotations
@@ -52,16 +52,9 @@ _DESCRIPTIONS = {
 
 @dataclasses.dataclass(eq=False)
 class PositionProbesConfig(tfds.core.BuilderConfig):
-  """A probe task (one of ``TASKS``) and its sizes.
-
-  ``length`` counts [CLS], so texts have ``length - 1`` characters. Each of ``test_lengths``
-  adds two test splits of that length: ``test_<n>_near``, whose markers all lie within a window
-  of the training width (longer context, distances seen in training), and ``test_<n>_far``,
-  whose markers are further apart than any training example's (unseen distances; for
-  ``distance`` the ``far`` class only, as ``near`` is defined by a short distance).
-  ``threshold`` and ``nearest_ratio`` are the ``distance`` and ``nearest`` rules' parameters;
-  ``num_eval`` is the size of the validation and test splits.
-  """
+  """A probe task (one of ``TASKS``) and its sizes (the module doc): ``length`` counts [CLS];
+  each of ``test_lengths`` adds ``test_<n>_near`` and ``test_<n>_far``; ``num_eval`` is the size
+  of the validation and test splits."""
 
   task: str = 'order'
   length: int = 64

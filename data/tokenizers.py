@@ -74,10 +74,10 @@ class Tokenizer(Protocol):
     """bool, the shape of ``ids``: the token begins a word (whole-word masking)."""
 
 
-def _starts_from_table(continues_V: np.ndarray, ids: np.ndarray) -> np.ndarray:
-  """Word starts where a token does not continue a word (a vocabulary-wide table), and at the
-  first token."""
-  starts = ~continues_V[ids]
+def _starts_from_table(tokenizer, ids: np.ndarray) -> np.ndarray:
+  """Word starts where a token does not continue a word (the tokenizer's vocabulary-wide table
+  ``_continues_V``), and at the first token."""
+  starts = ~tokenizer._continues_V[ids]  # pylint: disable=protected-access
   starts[..., 0] = True
   return starts
 
@@ -125,9 +125,7 @@ class ByteTokenizer:
 
   vocab_size = BYTE_VOCAB_SIZE
   specials = dataclasses.replace(OWN_SPECIALS, mask=UNK_ID)
-
-  def encode_pairs(self, texts_Bx2: tf.Tensor, length: int) -> tuple[tf.Tensor, tf.Tensor]:
-    return join_pairs(self, texts_Bx2, length)
+  encode_pairs = join_pairs
 
   def encode_batch(self, texts: tf.Tensor, length: int) -> tf.Tensor:
     """Texts (tf.string [b]) -> int32 [b, length]: [CLS], the first length-1 bytes, 0-padded."""
@@ -162,15 +160,13 @@ class SentencePieceTokenizer:
     self.specials = dataclasses.replace(OWN_SPECIALS,
                                         mask=None if mask == self._processor.unk_id() else mask)
 
-  def encode_pairs(self, texts_Bx2: tf.Tensor, length: int) -> tuple[tf.Tensor, tf.Tensor]:
-    return join_pairs(self, texts_Bx2, length)
+  encode_pairs = join_pairs
 
   def _encode_numpy(self, texts: np.ndarray, length: np.ndarray) -> np.ndarray:
     """Bytes [b] -> int32 [b, length] (runs in tf.numpy_function)."""
-    pieces = self._processor.encode([t.decode('utf-8', errors='replace') for t in texts])
     ids = np.full((len(texts), int(length)), PAD_ID, np.int32)
     ids[:, 0] = CLS_ID
-    for row, p in zip(ids, pieces):
+    for row, p in zip(ids, self.tokenize(texts)):
       body = p[:int(length) - 1]
       row[1:1 + len(body)] = body
     return ids
@@ -194,8 +190,7 @@ class SentencePieceTokenizer:
     return np.array([i >= NUM_SPECIAL and not self._processor.id_to_piece(i).startswith('\u2581')
                      for i in range(self.vocab_size)])
 
-  def word_starts(self, ids: np.ndarray) -> np.ndarray:
-    return _starts_from_table(self._continues_V, ids)
+  word_starts = _starts_from_table
 
 
 def train_sentencepiece(texts: Iterable[bytes], vocab_size: int, *, seed: int = 0) -> bytes:
@@ -337,8 +332,7 @@ class HuggingFaceTokenizer:
                         not token.startswith('\u2581'))
     return continues_V
 
-  def word_starts(self, ids: np.ndarray) -> np.ndarray:
-    return _starts_from_table(self._continues_V, ids)
+  word_starts = _starts_from_table
 
 
 def _wordpiece(vocab_path: str) -> hf_tokenizers.Tokenizer:

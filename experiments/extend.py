@@ -142,25 +142,19 @@ def comparisons(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _table(results: dict[str, dict[str, Any]]) -> list[str]:
-  splits = list(next(iter(results.values())))
-  lines = ['| variant | ' + ' | '.join(f'{s} ({results[next(iter(results))][s]["length"]})'
-                                        for s in splits) + ' |',
-           '|---|' + '---|' * len(splits)]
-  for variant, by_split in results.items():
-    cells = [f'{np.mean(r["accuracy"]):.3f}' + (
-        f' ± {np.std(r["accuracy"], ddof=1):.3f}' if len(r['accuracy']) > 1 else '')
-             for r in by_split.values()]
-    lines.append(f'| {variant} | ' + ' | '.join(cells) + ' |')
-  return lines
+  first = next(iter(results.values()))
+  return report_lib.markdown_table(
+      ['variant'] + [f'{s} ({r["length"]})' for s, r in first.items()],
+      [[variant] + [report_lib.mean_std(np.asarray(r['accuracy']), 1, 3) for r in by_split.values()]
+       for variant, by_split in results.items()])
 
 
 def _comparison_lines(rows: list[dict[str, Any]]) -> list[str]:
-  lines = ['| variant | split | mean difference | 95% CI | p | p (Holm) |', '|---|---|---|---|---|---|']
-  for r in rows:
-    p = 'all differences equal' if r['zero_variance'] and r['mean'] == 0 else f'{r["p"]:.3g}'
-    lines.append(f'| {r["variant"]} | {r["split"]} | {r["mean"]:+.3f} | '
-                 f'[{r["low"]:+.3f}, {r["high"]:+.3f}] | {p} | {r["p_holm"]:.3g} |')
-  return lines
+  return report_lib.markdown_table(
+      ['variant', 'split', 'mean difference', '95% CI', 'p', 'p (Holm)'],
+      [[r['variant'], r['split'], f'{r["mean"]:+.3f}', f'[{r["low"]:+.3f}, {r["high"]:+.3f}]',
+        'all differences equal' if r['zero_variance'] and r['mean'] == 0 else f'{r["p"]:.3g}',
+        f'{r["p_holm"]:.3g}'] for r in rows])
 
 
 def write_report(workdir: str, results: dict[str, dict[str, Any]], *, train_length: int,
@@ -175,8 +169,7 @@ def write_report(workdir: str, results: dict[str, dict[str, Any]], *, train_leng
       points = sorted((r['length'], r['accuracy']) for s, r in by_split.items()
                       if s.endswith(kind))
       if points:
-        curves[variant, kind] = (np.array([p[0] for p in points]),
-                                 np.array([p[1] for p in points]).T)
+        curves[variant, kind] = report_lib.by_length(points)
   plots.plot_extrapolation(os.path.join(workdir, PLOT_FILE), curves, train_length=train_length,
                            title=f'RoPE scaling at evaluation, trained at {train_length}')
   note = []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 import matplotlib
 import numpy as np
 
@@ -19,7 +21,9 @@ def _finish(fig, ax, path: str, *, xlabel: str, ylabel: str, title: str) -> None
   if ax.get_legend_handles_labels()[0]:
     ax.legend(fontsize=8)
   fig.tight_layout()
-  storage.save_figure(fig, path, dpi=120)
+  png = io.BytesIO()
+  fig.savefig(png, format='png', dpi=120)
+  storage.write_atomically(path, png.getvalue())
   fig.clf()
   plt.close(fig)
 

@@ -131,14 +131,14 @@ def columns(runs: Sequence[Run]) -> list[tuple[str, int]]:
   return [('validation', length)] + ordered
 
 
-def _mean_std(values: np.ndarray | None, scale: float = 100, digits: int = 1) -> str:
+def mean_std(values: np.ndarray | None, scale: float = 100, digits: int = 1) -> str:
   if values is None:
     return 'n/a'
   text = f'{scale * values.mean():.{digits}f}'
   return text + (f' ± {scale * values.std(ddof=1):.{digits}f}' if len(values) > 1 else '')
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
   """The lines of a markdown table."""
   return (['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
           + ['| ' + ' | '.join(row) + ' |' for row in rows])
@@ -183,16 +183,11 @@ def _mean_table(runs: Sequence[Run], cols: list[tuple[str, int]], value, best, s
     cells = []
     for split, _ in cols:
       values = value(run, split)
-      text = _mean_std(values, scale, digits)
+      text = mean_std(values, scale, digits)
       cells.append(f'**{text}**' if values is not None and np.isclose(values.mean(), top[split])
                    else text)
     rows.append([run.label, f'{run.summary["learning_rate"]:g}', *cells])
-  return _table(['scheme', 'rate'] + _headers(cols), rows)
-
-
-def accuracy_table(runs: Sequence[Run], cols: list[tuple[str, int]]) -> str:
-  """Accuracy in %; best mean per column in bold."""
-  return '\n'.join(_mean_table(runs, cols, Run.accuracy, max, 100, 1))
+  return markdown_table(['scheme', 'rate'] + _headers(cols), rows)
 
 
 def _paired_table(runs: Sequence[Run], ref: Run | None, cols: list[tuple[str, int]],
@@ -213,7 +208,7 @@ def _paired_table(runs: Sequence[Run], ref: Run | None, cols: list[tuple[str, in
       cells[run.name, split] = 'n/a' if res is None else (
           f'{cell(res)} p={p:.2g}' + (' (zero variance)' if res.zero_variance else ''))
   rows = [[f'{r.label} − {reference}'] + [cells[r.name, s] for s, _ in cols] for r in others]
-  return '\n'.join(_table(['scheme'] + _headers(cols), rows))
+  return '\n'.join(markdown_table(['scheme'] + _headers(cols), rows))
 
 
 def _reference_run(runs: Sequence[Run], reference: str) -> Run | None:
@@ -254,7 +249,7 @@ def budget_table(runs: Sequence[Run]) -> str:
         f'{len(s["seeds"])} ({s.get("members", "vmap")})',
         f'{t / none:.2f}' if t and none else 'n/a', _seconds(s),
         *([f'{run.step_memory / 2**20:.1f}'] if memory else [])])
-  return '\n'.join(_table(header, rows))
+  return '\n'.join(markdown_table(header, rows))
 
 
 def _seconds(summary: dict[str, Any]) -> str:
@@ -296,7 +291,7 @@ def environment() -> str:
           f'flax {flax.__version__}, optax {optax.__version__}')
 
 
-def _by_length(points: list[tuple[int, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+def by_length(points: list[tuple[int, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
   """(length, values [seeds]) points -> lengths [K] and values [seeds, K], for the plots."""
   return np.array([n for n, _ in points]), np.stack([v for _, v in points], axis=1)
 
@@ -313,7 +308,7 @@ def _dataset_section(out_dir: str, dataset: str, runs: Sequence[Run], reference:
       points = [(n, run.accuracy(s)) for s, n in cols if s == 'test' or s.endswith(kind)]
       points = [(n, a) for n, a in points if a is not None]
       if len(points) > 1:
-        curves[run.label, kind] = _by_length(points)
+        curves[run.label, kind] = by_length(points)
   length = cols[0][1]
   figures = f'![curves](curves_{slug}.png)'
   if curves:
@@ -325,7 +320,7 @@ def _dataset_section(out_dir: str, dataset: str, runs: Sequence[Run], reference:
           f'seeds; trained at L={length}.' + (
               ' `_near`: markers within the training width (longer context, seen distances); '
               '`_far`: markers further apart than in training (unseen distances).' if probes
-              else ''), '', accuracy_table(runs, cols), '',
+              else ''), '', *_mean_table(runs, cols, Run.accuracy, max, 100, 1), '',
           f'Paired differences with `{reference}` in accuracy points [95% CI], Holm-adjusted p:',
           '', comparison_table(runs, cols, reference), '', 'Budget and cost:', '',
           budget_table(runs), '', figures, '']
@@ -338,14 +333,6 @@ LM_TEXT = (
     'packed, never attending to each other); MLM predicts the masked 15%. Paired differences are '
     'in loss (nats per token; negative: lower perplexity than the reference), tested as the '
     'accuracies are.')
-
-
-def _loss_comparisons(runs: Sequence[Run], cols: list[tuple[str, int]], reference: str) -> str:
-  """Scheme - reference in loss on every column: mean [95% CI], Holm p per column."""
-  ref = next((r for r in runs if r.summary and r.position == reference
-               and not r.random_positions), None)
-  return _paired_table(runs, ref, cols, reference, Run.loss, stats.paired,
-                       lambda res: f'{res.mean:+.3f} [{res.low:+.3f}, {res.high:+.3f}]')
 
 
 def _steps_to_loss(runs: Sequence[Run]) -> str:
@@ -361,7 +348,7 @@ def _steps_to_loss(runs: Sequence[Run]) -> str:
     mean = np.nanmean(loss, axis=0)
     rows.append([run.label, *[next((str(int(t)) for t, l in zip(steps, mean) if l <= th * best),
                                    'never') for th in LM_THRESHOLDS], f'{mean[-1]:.3f}'])
-  return '\n'.join(_table(header, rows))
+  return '\n'.join(markdown_table(header, rows))
 
 
 def _language_model_section(out_dir: str, dataset: str, runs: Sequence[Run],
@@ -376,16 +363,20 @@ def _language_model_section(out_dir: str, dataset: str, runs: Sequence[Run],
   for run in done:
     points = [(n, run.perplexity(s)) for s, n in cols[1:] if run.loss(s) is not None]
     if len(points) > 1:
-      curves[run.label, ''] = _by_length(points)
+      curves[run.label, ''] = by_length(points)
   plots.plot_extrapolation(os.path.join(out_dir, f'perplexity_{slug}.png'), curves,
                            train_length=cols[0][1], title=f'{dataset}: perplexity vs length',
                            ylabel='test perplexity')
   task = done[0].summary['task'] if done else ''
+  ref = next((r for r in runs if r.summary and r.position == reference
+               and not r.random_positions), None)
+  losses = _paired_table(runs, ref, cols, reference, Run.loss, stats.paired,
+                         lambda res: f'{res.mean:+.3f} [{res.low:+.3f}, {res.high:+.3f}]')
   return [f'## {dataset} ({task})', '', f'Perplexity at the chosen rate, mean ± std over seeds; '
           f'trained at L={cols[0][1]}; n/a: the scheme cannot run at that length.', '',
           *_mean_table(done, cols, Run.perplexity, min, 1, 2), '',
           f'Paired differences with `{reference}` in loss [95% CI], Holm-adjusted p:', '',
-          _loss_comparisons(runs, cols, reference), '',
+          losses, '',
           'Convergence (validation loss):', '', _steps_to_loss(runs), '', 'Budget and cost:', '',
           budget_table(runs), '', f'![loss](loss_{slug}.png) ![perplexity](perplexity_{slug}.png)',
           '']

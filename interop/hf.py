@@ -136,13 +136,6 @@ def copy_tokenizer(checkpoint: str, target: str) -> None:
   storage.write_atomically(target, tokenizers.read_huggingface(checkpoint).encode('utf-8'))
 
 
-def _hf_dict(hf_config: Mapping[str, Any] | Any) -> dict[str, Any]:
-  """Accepts a config dict or a ``transformers.RoFormerConfig``."""
-  if hasattr(hf_config, 'to_dict'):
-    hf_config = hf_config.to_dict()
-  return dict(hf_config)
-
-
 def _check_supported(c: Mapping[str, Any]) -> None:
   model_type = c.get('model_type', 'roformer')
   if model_type != 'roformer':
@@ -159,10 +152,9 @@ def _check_supported(c: Mapping[str, Any]) -> None:
                      f'num_attention_heads={c["num_attention_heads"]}.')
 
 
-def hf_fields(hf_config: Mapping[str, Any] | Any, *,
+def hf_fields(c: Mapping[str, Any], *,
               layout: str = HF_LAYOUT) -> tuple[dict[str, Any], dict[str, Any]]:
   """The ``model`` and ``rope`` config fields of a HF config (vocab, classes: from data)."""
-  c = _hf_dict(hf_config)
   _check_supported(c)
   hidden = c['hidden_size']
   model = dict(
@@ -189,14 +181,12 @@ def dotted(model: Mapping[str, Any], rope_fields: Mapping[str, Any]) -> dict[str
           **{f'rope.{k}': v for k, v in rope_fields.items()}}
 
 
-def model_config(hf_config: Mapping[str, Any] | Any, base: ModelConfig, *,
-                 num_classes: int | None = None, layout: str = HF_LAYOUT,
-                 **changes: Any) -> ModelConfig:
-  """The ``ModelConfig`` of a HF RoFormer config (a dict or a ``transformers.RoFormerConfig``).
-  ``base`` gives the fields HF does not define (attention implementation, dtype, remat, ...).
-  ``num_classes`` None: the config's labels (``id2label`` / ``num_labels``, HF's default 2).
-  Changing position, norm, pooling or attention in ``changes`` loses the equivalence with HF."""
-  c = _hf_dict(hf_config)
+def model_config(c: Mapping[str, Any], base: ModelConfig, *, num_classes: int | None = None,
+                 layout: str = HF_LAYOUT, **changes: Any) -> ModelConfig:
+  """The ``ModelConfig`` of a HF RoFormer config (``config.json`` as a dict). ``base`` gives the
+  fields HF does not define (attention implementation, dtype, remat, ...). ``num_classes`` None:
+  the config's labels (``id2label`` / ``num_labels``, HF's default 2). Changing position, norm,
+  pooling or attention in ``changes`` loses the equivalence with HF."""
   model, rope_fields = hf_fields(c, layout=layout)
   if num_classes is None:
     num_classes = len(c['id2label']) if c.get('id2label') else int(c.get('num_labels', 2))

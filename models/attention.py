@@ -118,7 +118,7 @@ def _online_block(totals, q_BxCxHxD, q_positions_BxC, query_visibility, block, *
   logits_BxHxCxK = jnp.einsum('BCHD,BKHD->BHCK', _scaled(q_BxCxHxD), k_BxKxHxD,
                               preferred_element_type=logits_dtype)
   relative_BxCxK = (k_positions_BxK[:, None, :] - q_positions_BxC[:, :, None]).astype(jnp.int32)
-  if (bias := block_bias(q_BxCxHxD, relative_BxCxK)) is not None:
+  if (bias := block_bias(q_BxCxHxD, relative_BxCxK, q_positions_BxC)) is not None:
     logits_BxHxCxK = logits_BxHxCxK + bias
   visible_BxCxK = mask_BxK[:, None, :] & (q_segments_BxC[:, :, None] == k_segments_BxK[:, None, :])
   if causal:
@@ -139,14 +139,15 @@ def _online_block(totals, q_BxCxHxD, q_positions_BxC, query_visibility, block, *
 
 def chunked_attention(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, v_BxSxHxD: jax.Array,
                       visibility: Visibility, positions_BxS: jax.Array, *, chunk_size: int,
-                      block_bias: Callable[[jax.Array, jax.Array], jax.Array | None],
+                      block_bias: Callable[[jax.Array, jax.Array, jax.Array], jax.Array | None],
                       block_value_term: Callable[[jax.Array, jax.Array], jax.Array | None],
                       causal: bool = False) -> jax.Array:
   """``softmax_attention`` in blocks of ``chunk_size`` queries x keys with an online softmax
   (Rabe and Staats 2021): memory linear in the length, each query block recomputed in the
   backward pass (``jax.checkpoint``). The queries are the first T of the S positions;
-  ``block_bias(q_BxCxHxD, relative_BxCxK)`` and ``block_value_term(unnormalised_probs_BxHxCxK,
-  relative_BxCxK)``: a block's position terms (None: no term)."""
+  ``block_bias(q_BxCxHxD, relative_BxCxK, q_positions_BxC)`` and
+  ``block_value_term(unnormalised_probs_BxHxCxK, relative_BxCxK)``: a block's position terms
+  (None: no term)."""
   length, k_size = q_BxTxHxD.shape[1], min(chunk_size, k_BxSxHxD.shape[1])
   mask_BxS = visibility.mask_BxL
   segments_BxS = (mask_BxS.astype(jnp.int32) if visibility.segments_BxL is None
@@ -391,10 +392,12 @@ class SelfAttention(nnx.Module):
         return chunked_attention(
             q_BxTxHxD, k_BxLxHxD, v_BxLxHxD, visibility, ctx.positions,
             chunk_size=self.chunk_size, causal=self.causal,
-            block_bias=lambda q, relative: hooks.block_bias(q, ctx, relative),
+            block_bias=lambda q, relative, q_positions: hooks.block_bias(
+                q, ctx._replace(query_positions=q_positions), relative),
             block_value_term=lambda probs, relative: hooks.block_value_term(probs, ctx, relative))
+    visible_Bx1xTxS = visibility.dense(self.causal, num_queries)
     with jax.named_scope('positions'):
-      bias = hooks.bias(q_BxTxHxD, ctx_q)
+      bias = hooks.attention_bias(q_BxTxHxD, k_BxLxHxD, visible_Bx1xTxS, ctx_q)
     if self.implementation in PALLAS_SCHEMES:  # no dropout or value term (models.config)
       with jax.named_scope('pallas_attention'):
         return pallas_attention(q_BxTxHxD, k_BxLxHxD, v_BxLxHxD, visibility, bias=bias,
@@ -406,8 +409,7 @@ class SelfAttention(nnx.Module):
     if hooks.mixes_values:
       value_term = lambda probs: hooks.value_term(probs, ctx_q)
     with jax.named_scope('softmax_attention'):
-      return dot_product_attention(q_BxTxHxD, k_BxLxHxD, v_BxLxHxD, bias,
-                                   visibility.dense(self.causal, num_queries),
+      return dot_product_attention(q_BxTxHxD, k_BxLxHxD, v_BxLxHxD, bias, visible_Bx1xTxS,
                                    implementation=self.implementation, dropout=dropout,
                                    value_term=value_term)
 

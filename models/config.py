@@ -78,7 +78,8 @@ class ModelSettings:
 
   # Preset: 'tiny' (tests), 'small', 'base' (RoFormer-base).
   size: str = settings.setting('tiny', P)
-  # Position scheme: none | sinusoidal | learned | shaw | t5 | alibi | rotary.
+  # Position scheme: none | sinusoidal | learned | shaw | t5 | alibi | rotary | kerple_log |
+  # kerple_power | fire | cope (docs/model.md#position-schemes-after-2022).
   position: str = settings.setting('rotary', P)
   # Per-layer hybrids: these layers (0-based) get no position information (NoPE), the others the
   # scheme's hooks (rotation, logits bias, value term); schemes that add to the embeddings
@@ -130,6 +131,14 @@ class ModelSettings:
   # T5 bias: distance beyond which all share the last bucket: the training length (data.max_length)
   # so that every bucket is trained; the T5 paper's value is 128.
   t5_max_distance: int = settings.setting(64, R)
+  # FIRE: hidden width of the MLP f (1 -> width, ReLU -> heads); the paper's 32.
+  fire_mlp_width: int = settings.setting(32, P)
+  # FIRE: the threshold L of the normaliser psi(max(L, i)) at the start (a learned scale, from 1,
+  # multiplies it); the paper's 512. Below L the bias depends on the distance only.
+  fire_threshold: float = settings.setting(512.0, P)
+  # CoPE: position embeddings per direction; contextual positions are clipped at npos - 1. The
+  # authors' default is the training length + 1 (data.max_length + 1).
+  cope_npos: int = settings.setting(65, P)
   # Linear attention feature map phi: 'elu+1' or 'relu'.
   linear_feature_map: str = settings.setting('elu+1', R)
 

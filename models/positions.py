@@ -34,14 +34,17 @@ class PositionContext(NamedTuple):
   """Per-forward-pass position state shared by all layers (a pytree; unused fields None).
   ``bias``: float32 [batch, heads, length_q, length_k]; ``relative`` (Shaw): int32 clipped
   distances + k, in [0, 2k], [batch, length_q, length_k]. Blockwise (chunked attention):
-  ``positions`` [batch, length] (the keys'; the queries are the first ones; set by the encoder)
-  and ``pair_table``, which ``block_bias`` reads (T5's bucket embeddings, ALiBi's slopes)."""
+  ``positions`` [batch, length] (the keys'; the queries are the first ones; set by the encoder),
+  ``pair_table``, which ``block_bias`` reads (T5's bucket embeddings, ALiBi's slopes, KERPLE's
+  r1 and r2, FIRE's parameters), and in one block's context ``query_positions`` [batch, block]
+  (set by attention: FIRE's normaliser reads the queries' positions)."""
 
   rotary_tables: rope.RotaryTables | None = None
   bias: jax.Array | None = None
   relative: jax.Array | None = None
   positions: jax.Array | None = None
-  pair_table: jax.Array | None = None
+  pair_table: jax.Array | tuple[jax.Array, ...] | None = None
+  query_positions: jax.Array | None = None
 
   def first_queries(self, num: int) -> PositionContext:
     """The context of queries 0 .. num - 1 only (keys unchanged), for the query-side hooks."""
@@ -98,6 +101,14 @@ class LayerHooks(nnx.Module):
     """float32 logits term [batch or 1, heads, length_q, length_k], or None."""
     del q_BxLxHxD
     return ctx.bias
+
+  def attention_bias(self, q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array,
+                     visible_Bx1xTxS: jax.Array, ctx: PositionContext) -> jax.Array | None:
+    """The term attention adds to its logits: ``bias``, unless the scheme's term also reads the
+    keys and which of them each query sees (CoPE's gates); ``visible``: bool, as
+    ``models.attention.Visibility.dense``."""
+    del k_BxSxHxD, visible_Bx1xTxS
+    return self.bias(q_BxTxHxD, ctx)
 
   def value_term(self, probs_BxHxTxS: jax.Array, ctx: PositionContext) -> jax.Array | None:
     """Added to the attention output [batch, length, heads, head_dim], or None."""
@@ -292,14 +303,18 @@ def _shaw_context(relative_BxTxS: jax.Array, k: int) -> PositionContext:
   return PositionContext(relative=jnp.clip(relative_BxTxS, -k, k) + k)
 
 
-@register('shaw', supports_linear=False, options=('model.shaw_values',))
-class Shaw(PositionScheme):
-  """Relative position representations on keys (and values), clipped at +-k, per layer (Shaw,
-  Uszkoreit and Vaswani 2018)."""
+class PerLayer(PositionScheme):
+  """A scheme whose parameters are all in its layers' hooks, built from the config."""
 
   def __init__(self, cfg, *, rngs: nnx.Rngs):
     del rngs
     self.cfg = cfg
+
+
+@register('shaw', supports_linear=False, options=('model.shaw_values',))
+class Shaw(PerLayer):
+  """Relative position representations on keys (and values), clipped at +-k, per layer (Shaw,
+  Uszkoreit and Vaswani 2018)."""
 
   @classmethod
   def check(cls, cfg) -> None:
@@ -483,3 +498,236 @@ class Rotary(PositionScheme):
   def layer_hooks(self, *, rngs: nnx.Rngs) -> LayerHooks:
     del rngs
     return RotaryHooks(self.rotary)
+
+
+# The floor at which KERPLE's authors clamp r1 and r2 after every step (chijames/KERPLE,
+# megatron/mpu/layers.py, ``eps``); here it bounds the initial draws only, as their first clamp.
+_KERPLE_FLOOR = 0.01
+
+
+def _softplus_inverse(x: jax.Array) -> jax.Array:
+  """The y with softplus(y) = x > 0: log(e^x - 1), finite for large x."""
+  return x + jnp.log(-jnp.expm1(-x))
+
+
+def _distance(relative_BxTxS: jax.Array) -> jax.Array:
+  """float32 |j - i|, [batch, 1, length_q, length_k] (broadcast over the heads)."""
+  return jnp.abs(relative_BxTxS)[:, None].astype(jnp.float32)
+
+
+def kerple_log_bias(r_2xH: jax.Array, relative_BxTxS: jax.Array) -> jax.Array:
+  """float32 [batch, heads, length_q, length_k]: -r1 log(1 + r2 |j - i|), r1, r2 > 0 per head."""
+  r1_Hx1x1, r2_Hx1x1 = r_2xH[..., None, None]
+  return -r1_Hx1x1 * jnp.log1p(r2_Hx1x1 * _distance(relative_BxTxS))
+
+
+def kerple_power_bias(r_2xH: jax.Array, relative_BxTxS: jax.Array) -> jax.Array:
+  """float32 [batch, heads, length_q, length_k]: -r1 |j - i|^r2, r1 > 0, 0 < r2 <= 2 per head. 0
+  at distance 0, where the gradient in r2 (|j - i|^r2 log |j - i| -> 0) is 0, not NaN."""
+  r1_Hx1x1, r2_Hx1x1 = r_2xH[..., None, None]
+  distance_Bx1xTxS = _distance(relative_BxTxS)
+  apart_Bx1xTxS = distance_Bx1xTxS > 0
+  power_BxHxTxS = jnp.where(apart_Bx1xTxS, jnp.where(apart_Bx1xTxS, distance_Bx1xTxS, 1.0)
+                            ** r2_Hx1x1, 0.0)
+  return -r1_Hx1x1 * power_BxHxTxS
+
+
+class Kerple(PairBias):
+  """KERPLE (Chi, Fan, Ramadge and Rudnicky 2022): a learned kernel of the distance |j - i| as a
+  logits bias, r1 and r2 learned per head and shared by all layers (the authors pass
+  one module to every layer). Initialised as their code: r1 ~ U(0, highs[0]), r2 ~ U(0,
+  highs[1]), at least 0.01. They clamp r1, r2 after every step; here a parametrisation keeps them
+  in range (a clamp in the forward pass would stop their gradient at the floor)."""
+
+  highs: ClassVar[tuple[float, float]]  # r1 and r2 start ~ U(0, high)
+
+  def __init__(self, cfg, bias_fn: Callable[..., jax.Array], *, rngs: nnx.Rngs):
+    super().__init__(cfg, bias_fn)
+    draws_2xH = jax.random.uniform(rngs.positions(), (2, cfg.num_heads), jnp.float32)
+    initial_2xH = jnp.maximum(draws_2xH * jnp.asarray(self.highs)[:, None], _KERPLE_FLOOR)
+    # [2, heads]: r1 and r2 before the parametrisation (``constrained``).
+    self.raw_r = nnx.Param(self.unconstrained(initial_2xH),
+                           **sharding.param_metadata((None, sharding.HEADS)))
+
+  @staticmethod
+  def constrained(raw_2xH: jax.Array) -> jax.Array:
+    """r1 and r2 from the raw parameters (softplus: positive)."""
+    return jax.nn.softplus(raw_2xH)
+
+  @staticmethod
+  def unconstrained(r_2xH: jax.Array) -> jax.Array:
+    """The raw parameters of r1 and r2 (the inverse of ``constrained``)."""
+    return _softplus_inverse(r_2xH)
+
+  def pair_table(self) -> jax.Array:
+    return self.constrained(self.raw_r[...])
+
+
+@register('kerple_log', supports_linear=False)
+class KerpleLog(Kerple):
+  """KERPLE's logarithmic variant, -r1 log(1 + r2 |j - i|): r1 ~ U(0, 2), r2 ~ U(0, 1)."""
+
+  highs = (2.0, 1.0)
+
+  def __init__(self, cfg, *, rngs: nnx.Rngs):
+    super().__init__(cfg, kerple_log_bias, rngs=rngs)
+
+
+@register('kerple_power', supports_linear=False)
+class KerplePower(Kerple):
+  """KERPLE's power variant, -r1 |j - i|^r2: r1 ~ U(0, 1), r2 ~ U(0, 2) and kept in (0, 2]
+  (2 sigmoid; the authors clamp it to [0.01, 2])."""
+
+  highs = (1.0, 2.0)
+
+  def __init__(self, cfg, *, rngs: nnx.Rngs):
+    super().__init__(cfg, kerple_power_bias, rngs=rngs)
+
+  @staticmethod
+  def constrained(raw_2xH: jax.Array) -> jax.Array:
+    return jnp.stack([jax.nn.softplus(raw_2xH[0]), 2.0 * jax.nn.sigmoid(raw_2xH[1])])
+
+  @staticmethod
+  def unconstrained(r_2xH: jax.Array) -> jax.Array:
+    return jnp.stack([_softplus_inverse(r_2xH[0]), jnp.log(r_2xH[1] / (2.0 - r_2xH[1]))])
+
+
+_FIRE_EPS = 1e-6  # the guard on the normaliser psi(max(L, i)) of mcleish7/arithmetic's FIRE
+
+
+def fire_bias(table: tuple[jax.Array, ...], relative_BxTxS: jax.Array,
+              query_positions_BxT: jax.Array) -> jax.Array:
+  """float32 [batch, heads, length_q, length_k]: FIRE's f(psi(|i - j|) / psi(max(L, i, j))),
+  psi(x) = log(c x + 1), f an MLP 1 -> width (ReLU) -> heads; i the query's position, j the key's.
+  Causal (j <= i) this is the paper's f(psi(i - j) / psi(max(L, i))). For keys after the query
+  (bidirectional only; this project's choice) the input is negated: one MLP over [-1, 1] tells
+  the two sides apart, and max(L, i, j) keeps the input's magnitude at most 1."""
+  c, threshold, w_in_W, b_in_W, w_out_WxH, b_out_H = table
+  relative_BxTxS = relative_BxTxS.astype(jnp.float32)
+  query_BxTx1 = query_positions_BxT.astype(jnp.float32)[..., None]
+  normaliser_BxTxS = jnp.maximum(threshold, query_BxTx1 + jnp.maximum(relative_BxTxS, 0.0))
+  psi = lambda x: jnp.log1p(c * x)
+  interpolated_BxTxS = psi(jnp.abs(relative_BxTxS)) / (psi(normaliser_BxTxS) + _FIRE_EPS)
+  signed_BxTxS = jnp.where(relative_BxTxS > 0, -interpolated_BxTxS, interpolated_BxTxS)
+  hidden_BxTxSxW = jax.nn.relu(signed_BxTxS[..., None] * w_in_W + b_in_W)
+  bias_BxTxSxH = jnp.einsum('BTSW,WH->BTSH', hidden_BxTxSxW, w_out_WxH) + b_out_H
+  return bias_BxTxSxH.transpose(0, 3, 1, 2)
+
+
+class FireHooks(LayerHooks):
+  """FIRE's blockwise bias, from the parameters and the block's query positions in the context."""
+
+  def block_bias(self, q_BxTxHxD, ctx, relative_BxTxS):
+    return fire_bias(ctx.pair_table, relative_BxTxS, ctx.query_positions)
+
+
+@register('fire', supports_linear=False)
+class Fire(PositionScheme):
+  """FIRE (Li et al. 2024): a learned MLP of the progressively interpolated log distance, one
+  output per head, shared by all layers. Initialised as mcleish7/arithmetic's FIRE: c = 0.1, the
+  threshold L = |scale| model.fire_threshold with the scale learned from 1, the MLP's weights
+  and biases ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (torch.nn.Linear's default). Relative (shift
+  invariant) while the positions stay below L; beyond it the normaliser reads the positions."""
+
+  def __init__(self, cfg, *, rngs: nnx.Rngs):
+    self.blockwise = blockwise(cfg)
+    self.threshold = cfg.fire_threshold
+    width, heads = cfg.fire_mlp_width, cfg.num_heads
+
+    def uniform(shape: tuple[int, ...], fan_in: int, names: tuple[str | None, ...]) -> nnx.Param:
+      bound = 1.0 / math.sqrt(fan_in)
+      return nnx.Param(jax.random.uniform(rngs.positions(), shape, jnp.float32, -bound, bound),
+                       **sharding.param_metadata(names))
+
+    self.c = nnx.Param(jnp.asarray(0.1, jnp.float32), **sharding.param_metadata(()))
+    self.threshold_scale = nnx.Param(jnp.asarray(1.0, jnp.float32), **sharding.param_metadata(()))
+    self.w_in = uniform((width,), 1, (None,))
+    self.b_in = uniform((width,), 1, (None,))
+    self.w_out = uniform((width, heads), width, (None, sharding.HEADS))
+    self.b_out = uniform((heads,), width, (sharding.HEADS,))
+
+  @classmethod
+  def check(cls, cfg) -> None:
+    if cfg.fire_mlp_width < 1 or not cfg.fire_threshold > 0:
+      raise ValueError(f'model.position=fire needs model.fire_mlp_width >= 1 and '
+                       f'model.fire_threshold > 0, got {cfg.fire_mlp_width} and '
+                       f'{cfg.fire_threshold}.')
+
+  def table(self) -> tuple[jax.Array, ...]:
+    """(c, L, the MLP's w_in, b_in, w_out, b_out): ``fire_bias``'s parameters."""
+    return (jnp.abs(self.c[...]), jnp.abs(self.threshold_scale[...]) * self.threshold,
+            self.w_in[...], self.b_in[...], self.w_out[...], self.b_out[...])
+
+  def prepare(self, positions_BxL: jax.Array) -> PositionContext:
+    if self.blockwise:
+      return PositionContext(pair_table=self.table())
+    return PositionContext(bias=fire_bias(self.table(), relative_positions(positions_BxL),
+                                          positions_BxL))
+
+  def layer_hooks(self, *, rngs: nnx.Rngs) -> LayerHooks:
+    del rngs
+    return FireHooks()
+
+
+def cope_bias(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, visible_Bx1xTxS: jax.Array,
+              embedding_RxD: jax.Array, max_position: int, causal: bool) -> jax.Array:
+  """float32 [batch, heads, T, S]: CoPE's q_i . e[p_ij] / sqrt(head_dim) (Golovneva et al. 2024),
+  e interpolated between floor(p_ij) and ceil(p_ij). Gates g_it = sigmoid(q_i . k_t /
+  sqrt(head_dim)) on the keys query i sees; for j <= i, p_ij = sum_{t=j..i} g_it, clipped at
+  ``max_position`` (the table's rows 0 .. max_position). Bidirectional (this project's): for j > i,
+  p_ij = -sum_{t=i+1..j} g_it, clipped at -max_position (the rows -max_position .. max_position)."""
+  queries, keys = q_BxTxHxD.shape[1], k_BxSxHxD.shape[1]
+  scale = 1.0 / math.sqrt(q_BxTxHxD.shape[-1])
+  logits_BxHxTxS = jnp.einsum('BTHD,BSHD->BHTS', q_BxTxHxD, k_BxSxHxD,
+                              preferred_element_type=jnp.float32) * scale
+  gates_BxHxTxS = jax.nn.sigmoid(logits_BxHxTxS) * visible_Bx1xTxS
+  counts_BxHxTxS = jnp.cumsum(gates_BxHxTxS, axis=-1)  # sum_{t <= j} g_it
+  own_BxHxTx1 = jnp.diagonal(counts_BxHxTxS, axis1=2, axis2=3)[..., None]  # sum_{t <= i} g_it
+  at_or_before_TxS = jnp.arange(keys)[None, :] <= jnp.arange(queries)[:, None]
+  position_BxHxTxS = own_BxHxTx1 - counts_BxHxTxS + jnp.where(at_or_before_TxS, gates_BxHxTxS, 0.0)
+  lowest = 0 if causal else -max_position
+  row_BxHxTxS = jnp.clip(position_BxHxTxS, lowest, max_position) - lowest
+  qe_BxHxTxR = jnp.einsum('BTHD,RD->BHTR', q_BxTxHxD, embedding_RxD.astype(q_BxTxHxD.dtype),
+                          preferred_element_type=jnp.float32) * scale
+  floor_BxHxTxS = jnp.floor(row_BxHxTxS)
+  low_BxHxTxS = jnp.take_along_axis(qe_BxHxTxR, floor_BxHxTxS.astype(jnp.int32), axis=-1)
+  high_BxHxTxS = jnp.take_along_axis(qe_BxHxTxR, jnp.ceil(row_BxHxTxS).astype(jnp.int32), axis=-1)
+  return low_BxHxTxS + (row_BxHxTxS - floor_BxHxTxS) * (high_BxHxTxS - low_BxHxTxS)
+
+
+class CopeHooks(LayerHooks):
+  """One layer's CoPE position embeddings e[p] [rows, head_dim], shared by its heads and zero at
+  the start, as in the authors' code (facebookresearch/RAM, projects/cope)."""
+
+  def __init__(self, cfg):
+    self.max_position = cfg.cope_npos - 1
+    self.causal = cfg.causal
+    rows = cfg.cope_npos if cfg.causal else 2 * cfg.cope_npos - 1
+    self.embedding = nnx.Param(jnp.zeros((rows, cfg.head_dim), jnp.float32),
+                               **sharding.param_metadata((None, sharding.KV)))
+
+  def attention_bias(self, q_BxTxHxD, k_BxSxHxD, visible_Bx1xTxS, ctx):
+    del ctx
+    return cope_bias(q_BxTxHxD, k_BxSxHxD, visible_Bx1xTxS, self.embedding[...],
+                     self.max_position, self.causal)
+
+
+@register('cope', supports_linear=False)
+class Cope(PerLayer):
+  """Contextual position encoding (Golovneva, Wang, Weston and Sukhbaatar 2024): positions count
+  gated keys, so they depend on the content, never on the position ids; per-layer embeddings."""
+
+  @classmethod
+  def check(cls, cfg) -> None:
+    if cfg.cope_npos < 2:
+      raise ValueError(f'model.cope_npos must be >= 2 (positions 0 .. npos - 1), got '
+                       f'{cfg.cope_npos}.')
+    if cfg.attention_impl == 'chunked':
+      raise ValueError(
+          "model.position='cope' cannot run on model.attention_impl=chunked: a contextual "
+          'position sums the gates of every key between the query and the key, which one block '
+          'of keys does not see. Use model.attention_impl=explicit, xla, cudnn or auto.')
+
+  def layer_hooks(self, *, rngs: nnx.Rngs) -> LayerHooks:
+    del rngs  # the embeddings start at zero (no draw)
+    return CopeHooks(self.cfg)

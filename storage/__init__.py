@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import io
 import json
 import logging
 import math
@@ -393,10 +392,3 @@ class LocalMirror:
     self.sync()
     if self.local != self.target:
       shutil.rmtree(self.local, ignore_errors=True)
-
-
-def save_figure(fig: Any, name: str, **kwargs: Any) -> None:
-  """A matplotlib figure as a PNG at ``name`` (local or ``gs://``)."""
-  buf = io.BytesIO()
-  fig.savefig(buf, format='png', **kwargs)
-  write_atomically(name, buf.getvalue())

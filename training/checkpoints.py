@@ -194,7 +194,7 @@ class Checkpointer:
     try:
       return ocp.CheckpointManager(self.directory, options=options)
     except Exception:  # pylint: disable=broad-except
-      names = storage.listdir(self.directory) if storage.is_dir(self.directory) else []
+      names = storage.listdir(self.directory)
       corrupt = {int(n): reason for n in names if n.isdigit()
                  if (reason := verify(self.step_dir(int(n)), full=False))}
       if not corrupt:

@@ -53,7 +53,7 @@ def _protected(inputs: Iterable[str], workdir: str | None, folder: str | None,
   if workdir:
     out += [(os.path.join(workdir, name), f'a file of the run in {workdir}')
             for name in RUN_FILES if name not in own]
-  if folder and storage.is_dir(folder):
+  if folder:  # listdir: [] unless a folder
     out += [(os.path.join(folder, name), f'a file of {folder}') for name in storage.listdir(folder)
             if storage.is_file(os.path.join(folder, name))]
   return out

@@ -34,7 +34,6 @@ from training import trainer
 from training import validation
 
 
-
 def _member(workdir: str) -> int:
   """The first member of the learning rate the run chose (0 before it finished)."""
   path = os.path.join(workdir, trainer.SUMMARY_FILE)

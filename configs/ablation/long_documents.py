@@ -25,7 +25,6 @@ def get_config():
   a.max_lengths = '512,2048'  # Training and test lengths in tokens (bytes + [CLS]).
   a.learning_rates = '3e-3'  # One rate: the main job chose 3e-3 for every scheme.
   a.num_seeds = 2  # Seeds per run, paired across schemes.
-  a.reference = 'rotary'  # Scheme the others are compared with.
   # The report adds each run's compiled train-step memory (its step is compiled again when the
   # report is built: about 5 s a run here).
   a.report_memory = True
