@@ -21,6 +21,7 @@ import models
 import settings
 from settings import lists
 import storage
+from experiments import chomsky_report
 from experiments import report as report_lib
 from training import trainer
 from training import validation
@@ -47,6 +48,10 @@ class AblationConfig:
                                                  example='softmax,linear')
   # data.max_length values (empty: data.max_length).
   max_lengths: tuple[int, ...] = settings.setting((), R, items=int, example='64,128')
+  # data.random_positions values: 0 plain positions, N randomized ones (Ruoss et al. 2023: a
+  # sorted sample of 0 .. N - 1; the paper's N is 2048), each scheme run with each value
+  # (empty: data.random_positions).
+  random_positions: tuple[int, ...] = settings.setting((), R, items=int, example='0,2048')
   # Peak learning rates tried per scheme, trained together with the seeds (one member per pair);
   # each scheme is reported at the rate with the best mean validation accuracy.
   learning_rates: tuple[float, ...] = settings.setting((1e-3,), R, items=float,
@@ -58,6 +63,10 @@ class AblationConfig:
   report_memory: bool = settings.setting(False, T)  # Also report each run's train-step memory.
 
   def __post_init__(self):
+    if negative := [n for n in self.random_positions if n < 0]:
+      raise ValueError(f'ablation.random_positions has {negative}: each value is 0 (plain '
+                       'positions) or N > 0 (randomized positions drawn from 0 .. N - 1), e.g. '
+                       '--config.ablation.random_positions=0,2048.')
     for field, valid in (('datasets', data.DATASET_NAMES), ('positions', tuple(models.SCHEMES)),
                          ('attentions', models.ATTENTION_KINDS)):
       names = getattr(self, field)
@@ -90,12 +99,15 @@ class Cell:
   position: str
   attention: str
   max_length: int | None
+  random_positions: int | None = None  # None: the base config's data.random_positions
 
   @property
   def name(self) -> str:
     parts = [self.dataset.replace('/', '-'), self.position]
     if self.attention != 'softmax':
       parts[-1] += f'-{self.attention}'
+    if self.random_positions:
+      parts[-1] += f'-random{self.random_positions}'
     if self.max_length:
       parts[-1] += f'-L{self.max_length}'
     return '/'.join(parts)
@@ -106,8 +118,9 @@ def check_grid(config: ml_collections.ConfigDict) -> list[Cell]:
   fields every run shares (each cell's run config is built): a typo is an error, never a 'not
   applicable' row."""
   a = grid(config)
-  cells = [Cell(d, p, at, n) for d in a.datasets for at in a.attentions
-           for n in a.max_lengths or [None] for p in a.positions]
+  cells = [Cell(d, p, at, n, r) for d in a.datasets for at in a.attentions
+           for n in a.max_lengths or [None] for p in a.positions
+           for r in a.random_positions or [None]]
   for cell in cells:
     cell_config(config, cell)
   return cells
@@ -142,6 +155,8 @@ def cell_config(config: ml_collections.ConfigDict, cell: Cell,
   if cell.max_length:  # also the `learned` table and T5's furthest bucket: the training length
     changes.update({f: cell.max_length for f in (
         'data.max_length', 'model.max_length', 'model.t5_max_distance')})
+  if cell.random_positions is not None:
+    changes['data.random_positions'] = cell.random_positions
   changes.update(extra or {})
   base = {g: {**config[g], **{k.partition('.')[2]: v for k, v in changes.items()
                               if k.startswith(g + '.')}} for g in settings.groups(RunConfig)}
@@ -264,4 +279,16 @@ def build_report(config: ml_collections.ConfigDict, workdir: str, cells: list[Ce
     return ''
   return report_lib.write_report(workdir, runs, command=command,
                                  config_json=config.to_json_best_effort(indent=1),
-                                 reference=a.reference, extra=extra)
+                                 reference=a.reference, extra=extra,
+                                 chomsky_budget=_chomsky_budget(config, cells))
+
+
+def _chomsky_budget(config: ml_collections.ConfigDict, cells: list[Cell]
+                    ) -> dict[str, str] | None:
+  """The budget the report sets beside the papers', if the grid has Chomsky tasks."""
+  suite = [c for c in cells if chomsky_report.task_of(c.dataset)]
+  if not suite:
+    return None
+  return chomsky_report.budget(cell_config(config, suite[0]), len(suite),
+                               len({c.dataset for c in suite}),
+                               grid(config).random_positions or [config.data.random_positions])

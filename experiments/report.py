@@ -24,6 +24,7 @@ import numpy as np
 import optax
 
 import storage
+from experiments import chomsky_report
 from experiments import plots
 from experiments import stats
 from training import metrics as metrics_lib
@@ -79,8 +80,16 @@ class Run:
     return int(match.group(1)) if match else None
 
   @property
+  def random_positions(self) -> int:
+    """N of the grid's randomized positions (``-random<N>`` in the name); 0: plain."""
+    match = re.search(r'-random(\d+)', self.name)
+    return int(match.group(1)) if match else 0
+
+  @property
   def label(self) -> str:
-    return self.position if self.attention == 'softmax' else f'{self.position} ({self.attention})'
+    notes = [self.attention] * (self.attention != 'softmax') + ['randomized'] * bool(
+        self.random_positions)
+    return f'{self.position} ({", ".join(notes)})' if notes else self.position
 
   @property
   def chosen(self) -> list[int]:
@@ -202,10 +211,15 @@ def _paired_table(runs: Sequence[Run], ref: Run | None, cols: list[tuple[str, in
   return '\n'.join(markdown_table(['scheme'] + _headers(cols), rows))
 
 
+def _reference_run(runs: Sequence[Run], reference: str) -> Run | None:
+  """The finished run of the reference scheme with softmax attention and plain positions."""
+  return next((r for r in runs if r.summary and r.position == reference
+               and r.attention == 'softmax' and not r.random_positions), None)
+
+
 def comparison_table(runs: Sequence[Run], cols: list[tuple[str, int]], reference: str) -> str:
   """Scheme - reference on every column: mean difference in points [95% CI], Holm p."""
-  ref = next((r for r in runs
-              if r.summary and r.position == reference and r.attention == 'softmax'), None)
+  ref = _reference_run(runs, reference)
   return _paired_table(
       runs, ref, cols, reference, Run.accuracy,
       lambda a, b: stats.paired(a, b) if len(a) == len(b) else None,
@@ -354,7 +368,8 @@ def _language_model_section(out_dir: str, dataset: str, runs: Sequence[Run],
                            train_length=cols[0][1], title=f'{dataset}: perplexity vs length',
                            ylabel='test perplexity')
   task = done[0].summary['task'] if done else ''
-  ref = next((r for r in runs if r.summary and r.position == reference), None)
+  ref = next((r for r in runs if r.summary and r.position == reference
+               and not r.random_positions), None)
   losses = _paired_table(runs, ref, cols, reference, Run.loss, stats.paired,
                          lambda res: f'{res.mean:+.3f} [{res.low:+.3f}, {res.high:+.3f}]')
   return [f'## {dataset} ({task})', '', f'Perplexity at the chosen rate, mean ± std over seeds; '
@@ -368,8 +383,11 @@ def _language_model_section(out_dir: str, dataset: str, runs: Sequence[Run],
 
 
 def write_report(out_dir: str, runs: Sequence[Run], *, command: str, config_json: str,
-                 reference: str = 'rotary', extra: str = '') -> str:
-  """Writes report.md, results.csv, results.json and the plots into out_dir; returns the md."""
+                 reference: str = 'rotary', extra: str = '',
+                 chomsky_budget: dict[str, str] | None = None) -> str:
+  """Writes report.md, results.csv, results.json and the plots into out_dir (with Chomsky
+  runs, also their comparison with the published tables, ``chomsky_report``, and
+  chomsky_comparison.csv); returns the md."""
   storage.makedirs(out_dir)
   parts = ['# Position-scheme ablation', '', f'Command: `{command}`', '',
            f'Machine: {environment()}', '', *([extra, ''] if extra else []), TEST_TEXT, '',
@@ -385,6 +403,10 @@ def write_report(out_dir: str, runs: Sequence[Run], *, command: str, config_json
     section = (_language_model_section if any(r.language_model for r in group)
                else _dataset_section)
     parts += section(out_dir, title, group, reference)
+  if chomsky_budget is not None:
+    parts += chomsky_report.section(runs, chomsky_budget)
+    _write_csv(os.path.join(out_dir, 'chomsky_comparison.csv'),
+               chomsky_report.comparison_rows(runs))
   plots.plot_decay(os.path.join(out_dir, 'rope_decay.png'))
   parts += ['RoPE long-term decay (paper Figure 2) and scaling variants:', '',
             '![decay](rope_decay.png)', '', '## Config', '', '```json', config_json, '```', '']
@@ -392,9 +414,16 @@ def write_report(out_dir: str, runs: Sequence[Run], *, command: str, config_json
   storage.write_atomically(os.path.join(out_dir, 'report.md'), md)
   rows = results_rows(runs)
   storage.write_json(os.path.join(out_dir, 'results.json'), rows)
+  _write_csv(os.path.join(out_dir, 'results.csv'), rows, CSV_FIELDS)
+  return md
+
+
+def _write_csv(path: str, rows: Sequence[dict[str, Any]],
+               fields: Sequence[str] | None = None) -> None:
+  """``rows`` as CSV, with ``fields`` (default: the first row's keys) as columns."""
   buf = io.StringIO()
-  writer = csv.DictWriter(buf, fieldnames=CSV_FIELDS, extrasaction='ignore')
+  writer = csv.DictWriter(buf, fieldnames=fields or (list(rows[0]) if rows else []),
+                          extrasaction='ignore')
   writer.writeheader()
   writer.writerows(rows)
-  storage.write_atomically(os.path.join(out_dir, 'results.csv'), buf.getvalue())
-  return md
+  storage.write_atomically(path, buf.getvalue())

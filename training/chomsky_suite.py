@@ -11,6 +11,7 @@ plot, ``chomsky_lengths.png``.
 
 from __future__ import annotations
 
+import io
 import os
 from typing import Any
 
@@ -88,5 +89,7 @@ def _write(results: dict[str, Any], workdir: str, accuracy_NxK: np.ndarray) -> N
   ax.set_title(results['task'])
   ax.legend(fontsize=8)
   fig.tight_layout()
-  storage.save_figure(fig, os.path.join(workdir, 'chomsky_lengths.png'), dpi=120)
+  png = io.BytesIO()  # storage writes bytes (local or gs://); it knows no plotting library
+  fig.savefig(png, format='png', dpi=120)
+  storage.write_atomically(os.path.join(workdir, 'chomsky_lengths.png'), png.getvalue())
   plt.close(fig)
