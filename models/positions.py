@@ -352,11 +352,11 @@ def t5_buckets(relative_BxTxS: jax.Array, num_buckets: int, max_distance: int,
   return offset_BxTxS + jnp.where(distance_BxTxS < max_exact, distance_BxTxS, large_BxTxS)
 
 
-def t5_bias(embedding_KxH: jax.Array, relative_BxTxS: jax.Array, num_buckets: int,
+def t5_bias(embedding_RxH: jax.Array, relative_BxTxS: jax.Array, num_buckets: int,
             max_distance: int, bidirectional: bool = True) -> jax.Array:
   """float32 [batch, heads, length_q, length_k]: the bucket embeddings of the distances."""
   buckets_BxTxS = t5_buckets(relative_BxTxS, num_buckets, max_distance, bidirectional)
-  return jnp.take(embedding_KxH, buckets_BxTxS, axis=0).transpose(0, 3, 1, 2)
+  return jnp.take(embedding_RxH, buckets_BxTxS, axis=0).transpose(0, 3, 1, 2)
 
 
 def alibi_slopes(num_heads: int) -> np.ndarray:
@@ -596,22 +596,43 @@ class KerplePower(Kerple):
 _FIRE_EPS = 1e-6  # the guard on the normaliser psi(max(L, i)) of mcleish7/arithmetic's FIRE
 
 
+def fire_pieces(w_in_W: jax.Array, b_in_W: jax.Array, w_out_WxH: jax.Array, b_out_H: jax.Array
+                ) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """FIRE's MLP x -> relu(x w_in + b_in) w_out + b_out on [-1, 1] (its inputs' range) as the
+  piecewise-linear function it is: sorted knots [W] (clipped to [-2, 2]) and each segment's
+  slope and intercept [W + 1, H]. Which units are active in a segment is read at a point inside
+  it; slopes and intercepts stay differentiable in the weights, and the knots need no gradient
+  (the function is continuous across them)."""
+  safe_W = jnp.where(w_in_W == 0, 1.0, w_in_W)
+  knots_W = jnp.clip(jnp.where(w_in_W == 0, 3.0, -b_in_W / safe_W), -2.0, 2.0)
+  knots_W = jnp.sort(jax.lax.stop_gradient(knots_W))
+  edges = jnp.concatenate([jnp.array([-3.0]), knots_W, jnp.array([3.0])])
+  inside_G = (edges[1:] + edges[:-1]) / 2
+  active_GxW = jax.lax.stop_gradient((inside_G[:, None] * w_in_W + b_in_W > 0).astype(jnp.float32))
+  slope_GxH = (active_GxW * w_in_W) @ w_out_WxH
+  intercept_GxH = (active_GxW * b_in_W) @ w_out_WxH + b_out_H
+  return knots_W, slope_GxH, intercept_GxH
+
+
 def fire_bias(table: tuple[jax.Array, ...], relative_BxTxS: jax.Array,
               query_positions_BxT: jax.Array) -> jax.Array:
   """float32 [batch, heads, length_q, length_k]: FIRE's f(psi(|i - j|) / psi(max(L, i, j))),
   psi(x) = log(c x + 1), f an MLP 1 -> width (ReLU) -> heads; i the query's position, j the key's.
   Causal (j <= i) this is the paper's f(psi(i - j) / psi(max(L, i))). For keys after the query
   (bidirectional only; this project's choice) the input is negated: one MLP over [-1, 1] tells
-  the two sides apart, and max(L, i, j) keeps the input's magnitude at most 1."""
+  the two sides apart, and max(L, i, j) keeps the input's magnitude at most 1. The MLP is applied
+  as its segments (``fire_pieces``): a lookup per pair, not width x heads products."""
   c, threshold, w_in_W, b_in_W, w_out_WxH, b_out_H = table
   relative_BxTxS = relative_BxTxS.astype(jnp.float32)
   query_BxTx1 = query_positions_BxT.astype(jnp.float32)[..., None]
   normaliser_BxTxS = jnp.maximum(threshold, query_BxTx1 + jnp.maximum(relative_BxTxS, 0.0))
   psi = lambda x: jnp.log1p(c * x)
   interpolated_BxTxS = psi(jnp.abs(relative_BxTxS)) / (psi(normaliser_BxTxS) + _FIRE_EPS)
-  signed_BxTxS = jnp.where(relative_BxTxS > 0, -interpolated_BxTxS, interpolated_BxTxS)
-  hidden_BxTxSxW = jax.nn.relu(signed_BxTxS[..., None] * w_in_W + b_in_W)
-  bias_BxTxSxH = jnp.einsum('BTSW,WH->BTSH', hidden_BxTxSxW, w_out_WxH) + b_out_H
+  x_BxTxS = jnp.where(relative_BxTxS > 0, -interpolated_BxTxS, interpolated_BxTxS)
+  knots_W, slope_GxH, intercept_GxH = fire_pieces(w_in_W, b_in_W, w_out_WxH, b_out_H)
+  segment_BxTxS = jnp.searchsorted(knots_W, jax.lax.stop_gradient(x_BxTxS), method='compare_all')
+  bias_BxTxSxH = (jnp.take(slope_GxH, segment_BxTxS, axis=0) * x_BxTxS[..., None]
+                  + jnp.take(intercept_GxH, segment_BxTxS, axis=0))
   return bias_BxTxSxH.transpose(0, 3, 1, 2)
 
 
