@@ -208,11 +208,13 @@ class Experiment:
 
   def final_splits(self) -> list[tuple[str, int]]:
     """The (split, length) pairs evaluated at the end of training: all but validation, to
-    ``train.eval_max_length``."""
+    ``train.eval_max_length``, at ``train.eval_lengths`` if given."""
     if self.chomsky:  # its test lengths are training/chomsky_suite.py's
       return [('test', self.info.train_length)]
-    limit = self.config.train.eval_max_length or max(self.info.eval_splits.values())
-    return [(k, v) for k, v in self.info.eval_splits.items() if k != 'validation' and v <= limit]
+    t = self.config.train
+    limit, lengths = t.eval_max_length or max(self.info.eval_splits.values()), t.eval_lengths
+    return [(k, v) for k, v in self.info.eval_splits.items()
+            if k != 'validation' and v <= limit and (not lengths or v in lengths)]
 
   @property
   def chomsky(self) -> bool:
