@@ -35,6 +35,12 @@ CSV_FIELDS = ('run', 'dataset', 'position', 'attention', 'seed', 'learning_rate'
               'split', 'length', 'accuracy', 'loss', 'perplexity', 'num_params', 'step_time_s',
               'step_memory_bytes', 'note')
 THRESHOLDS = (0.9, 0.99)  # of the best validation accuracy any scheme of the dataset reached
+SOLVED = 0.95  # a seed whose final validation accuracy reaches this x the best row's mean
+SPLIT_MARK = '†'
+SPLIT_TEXT = (
+    f' {SPLIT_MARK}: the seeds split, some solving the task (final validation accuracy at least '
+    f'{SOLVED:.0%} of the best scheme\'s mean) and some not, so the mean ± std says as much '
+    'about the budget as about the scheme: no conclusion should rest on that row.')
 TEST_TEXT = (
     'Comparisons are paired by seed: seed i of every scheme shares the data order and the '
     'initial shared parameters, so each comparison uses the per-seed differences, with the '
@@ -108,13 +114,13 @@ class Run:
     return None if loss is None else np.exp(loss)
 
 
-def load_run(path: str, name: str | None = None) -> Run | None:
-  """Reads a run directory; None if it has not finished."""
+def load_run(path: str, name: str | None = None, row: str | None = None) -> Run | None:
+  """Reads a run directory (``row``: its grid row, if not its scheme); None if unfinished."""
   name = name or os.path.basename(os.path.normpath(path))
   for file in (NOT_APPLICABLE_FILE, SUMMARY_FILE):
     if storage.exists(os.path.join(path, file)):
       info = storage.read_json(os.path.join(path, file))
-      return Run(name, path, info['dataset'], info['position'], info['attention'],
+      return Run(name, path, info['dataset'], row or info['position'], info['attention'],
                  summary=info if file == SUMMARY_FILE else None,
                  not_applicable=info.get('reason') if file == NOT_APPLICABLE_FILE else None)
   return None
@@ -168,10 +174,23 @@ def steps_to(curve: tuple[np.ndarray, np.ndarray], target: float) -> str:
   return str(reached[0]) if reached else 'never'
 
 
+def solved_seeds(runs: Sequence[Run]) -> dict[str, tuple[int, int]]:
+  """Per finished run: (its chosen seeds whose final validation accuracy reaches ``SOLVED`` x
+  the best run's mean, its chosen seeds)."""
+  final = {r.name: r.accuracy('validation') for r in runs if r.summary}
+  best = max((float(a.mean()) for a in final.values()), default=float('nan'))
+  return {name: (int((a >= SOLVED * best).sum()), len(a)) for name, a in final.items()}
+
+
+def split_runs(runs: Sequence[Run]) -> set[str]:
+  """Runs whose seeds split: some solve the task (``solved_seeds``), some do not."""
+  return {name for name, (k, n) in solved_seeds(runs).items() if 0 < k < n}
+
+
 def _mean_table(runs: Sequence[Run], cols: list[tuple[str, int]], value, best, scale: float,
-                digits: int) -> list[str]:
+                digits: int, marked: set[str] = frozenset()) -> list[str]:
   """Scheme x column: ``value(run, split)``'s mean ± std over seeds at the chosen rate; the
-  ``best`` (max or min) mean per column in bold."""
+  ``best`` (max or min) mean per column in bold; ``marked`` runs' labels get ``SPLIT_MARK``."""
   done = [r for r in runs if r.summary]
   top = {s: best((value(r, s).mean() for r in done if value(r, s) is not None), default=None)
          for s, _ in cols}
@@ -186,7 +205,8 @@ def _mean_table(runs: Sequence[Run], cols: list[tuple[str, int]], value, best, s
       text = mean_std(values, scale, digits)
       cells.append(f'**{text}**' if values is not None and np.isclose(values.mean(), top[split])
                    else text)
-    rows.append([run.label, f'{run.summary["learning_rate"]:g}', *cells])
+    label = f'{run.label} {SPLIT_MARK}' if run.name in marked else run.label
+    rows.append([label, f'{run.summary["learning_rate"]:g}', *cells])
   return markdown_table(['scheme', 'rate'] + _headers(cols), rows)
 
 
@@ -233,23 +253,34 @@ def budget_table(runs: Sequence[Run]) -> str:
   best = max((float(np.nanmax(np.nanmean(acc, axis=0))) for _, acc in curves if acc.size),
              default=float('nan'))
   none = next((r.summary['step_time_s'] for r in done if r.position == 'none'), None)
+  solved = solved_seeds(done)
   header = (['scheme', 'rates tried', 'chosen'] + [f'steps to {t:.0%} of {100 * best:.1f}%'
                                                    for t in THRESHOLDS]
-            + ['skipped updates', 'params', 'members', 'step time / none',
-               'eval s: validation, test'])
+            + [f'seeds solved ({SOLVED:.0%} of best)', 'skipped updates', 'params', 'members',
+               'step time / none', 'eval s: validation, test'])
   memory = any(r.step_memory for r in done)
   header += ['step memory (MiB)'] if memory else []
   rows = []
   for run, curve in zip(done, curves):
     s, t = run.summary, run.summary.get('step_time_s')
+    k, n = solved[run.name]
     rows.append([
         run.label, ', '.join(f'{x:g}' for x in sorted(set(s['learning_rates']))),
-        f'{s["learning_rate"]:g}', *[steps_to(curve, th * best) for th in THRESHOLDS],
-        str(sum(s['skipped_updates'])), f'{s["num_params"]:,}',
+        _chosen_rate(s), *[steps_to(curve, th * best) for th in THRESHOLDS],
+        f'{k}/{n}' + f' {SPLIT_MARK}' * (0 < k < n), str(sum(s['skipped_updates'])),
+        f'{s["num_params"]:,}',
         f'{len(s["seeds"])} ({s.get("members", "vmap")})',
         f'{t / none:.2f}' if t and none else 'n/a', _seconds(s),
         *([f'{run.step_memory / 2**20:.1f}'] if memory else [])])
   return '\n'.join(markdown_table(header, rows))
+
+
+def _chosen_rate(summary: dict[str, Any]) -> str:
+  """The chosen rate, marked when the grid could not tell whether another would do better."""
+  rates, chosen = sorted(set(summary['learning_rates'])), summary['learning_rate']
+  if len(rates) == 1:
+    return f'{chosen:g} (one rate tried)'
+  return f'{chosen:g} (edge of the grid)' if chosen in (rates[0], rates[-1]) else f'{chosen:g}'
 
 
 def _seconds(summary: dict[str, Any]) -> str:
@@ -315,12 +346,13 @@ def _dataset_section(out_dir: str, dataset: str, runs: Sequence[Run], reference:
     plots.plot_extrapolation(os.path.join(out_dir, f'extrapolation_{slug}.png'), curves,
                              train_length=length, title=f'{dataset}: accuracy vs length')
     figures += f' ![extrapolation](extrapolation_{slug}.png)'
-  probes = any(s.endswith(('_near', '_far')) for s, _ in cols)
+  probes, split = any(s.endswith(('_near', '_far')) for s, _ in cols), split_runs(runs)
   return [f'## {dataset}', '', 'Test accuracy (%) at the chosen learning rate, mean ± std over '
           f'seeds; trained at L={length}.' + (
               ' `_near`: markers within the training width (longer context, seen distances); '
               '`_far`: markers further apart than in training (unseen distances).' if probes
-              else ''), '', *_mean_table(runs, cols, Run.accuracy, max, 100, 1), '',
+              else '') + (SPLIT_TEXT if split else ''), '',
+          *_mean_table(runs, cols, Run.accuracy, max, 100, 1, split), '',
           f'Paired differences with `{reference}` in accuracy points [95% CI], Holm-adjusted p:',
           '', comparison_table(runs, cols, reference), '', 'Budget and cost:', '',
           budget_table(runs), '', figures, '']
