@@ -7,16 +7,20 @@ spread over machines that share the workdir.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import fnmatch
+import multiprocessing
 import os
 import time
+from concurrent import futures
 from typing import Any, Callable, Mapping, Sequence
 
 import jax
 import ml_collections
 
 import data
+from data import datasets
 import models
 import settings
 from settings import lists
@@ -27,7 +31,7 @@ from training import trainer
 from training import validation
 from training.config import RESULT_FIELDS, RunConfig, run_config
 from training.experiment import Experiment
-from training.metrics import console
+from training.metrics import console, set_console_prefix
 
 R, T = settings.Role.RESULTS, settings.Role.RUNTIME
 
@@ -40,6 +44,10 @@ class AblationConfig:
   positions: tuple[str, ...] = settings.setting(
       ('none', 'sinusoidal', 'learned', 'shaw', 't5', 'alibi', 'rotary'), R, items=str,
       example='rotary,alibi')
+  # Rows that are a scheme with other fields changed, each `name:position:field=value[:...]`
+  # (e.g. p-RoPE, `p_rope:rotary:rope.p=0.75`); `name` is the row, after the positions.
+  variants: tuple[str, ...] = settings.setting((), R, items=str,
+                                               example='p_rope:rotary:rope.p=0.75')
   # data.name values, one table each.
   datasets: tuple[str, ...] = settings.setting(('position_probes/order',), R, items=str,
                                                example='position_probes/order,listops')
@@ -61,8 +69,14 @@ class AblationConfig:
   # Scheme the others are compared with (paired tests, Holm-corrected).
   reference: str = settings.setting('rotary', R)
   report_memory: bool = settings.setting(False, T)  # Also report each run's train-step memory.
+  # Runs trained at once on a CPU machine, each in its own process: compiling is single-threaded
+  # and a small model's steps leave cores idle, so 2 on 2 cores finish a pair of runs in 0.6x
+  # the time (benchmarks/README.md). 1 elsewhere: accelerators are not shared between processes.
+  workers: int = settings.setting(1, T)
 
   def __post_init__(self):
+    if self.workers < 1:
+      raise ValueError(f'ablation.workers={self.workers}: give 1 (one run at a time) or more.')
     if negative := [n for n in self.random_positions if n < 0]:
       raise ValueError(f'ablation.random_positions has {negative}: each value is 0 (plain '
                        'positions) or N > 0 (randomized positions drawn from 0 .. N - 1), e.g. '
@@ -76,6 +90,31 @@ class AblationConfig:
       if unknown:
         raise ValueError(f'ablation.{field} names {", ".join(map(repr, unknown))}, not among '
                          f'the valid {", ".join(valid)}; fix --config.ablation.{field}.')
+    self.rows()  # a malformed variant is refused here
+
+  def rows(self) -> list[tuple[str, tuple[tuple[str, Any], ...]]]:
+    """Each row's name and its changes beyond ``model.position``: the positions, then the
+    variants."""
+    rows = [(p, ()) for p in self.positions]
+    for text in self.variants:
+      name, position, *fields = text.split(':')
+      pairs = [f.partition('=') for f in fields]
+      if (position not in models.SCHEMES or not name or name in models.SCHEMES
+          or any(not sep or '.' not in k for k, sep, _ in pairs)):
+        raise ValueError(f'ablation.variants has {text!r}: give name:position:group.field=value'
+                         '[:...], with a new row name and one of the schemes '
+                         f'({", ".join(models.SCHEMES)}), e.g. p_rope:rotary:rope.p=0.75.')
+      rows.append((name, (('model.position', position),) +
+                   tuple((k, _literal(v)) for k, _, v in pairs)))
+    return rows
+
+
+def _literal(text: str) -> Any:
+  """A variant's value as Python reads it (0.75, 4, True, 'linear'); text if it is none."""
+  try:
+    return ast.literal_eval(text)
+  except (ValueError, SyntaxError):
+    return text
 
 
 def group() -> ml_collections.ConfigDict:
@@ -100,6 +139,7 @@ class Cell:
   attention: str
   max_length: int | None
   random_positions: int | None = None  # None: the base config's data.random_positions
+  changes: tuple[tuple[str, Any], ...] = ()  # a variant's fields ('model.position' among them)
 
   @property
   def name(self) -> str:
@@ -118,8 +158,8 @@ def check_grid(config: ml_collections.ConfigDict) -> list[Cell]:
   fields every run shares (each cell's run config is built): a typo is an error, never a 'not
   applicable' row."""
   a = grid(config)
-  cells = [Cell(d, p, at, n, r) for d in a.datasets for at in a.attentions
-           for n in a.max_lengths or [None] for p in a.positions
+  cells = [Cell(d, p, at, n, r, changes) for d in a.datasets for at in a.attentions
+           for n in a.max_lengths or [None] for p, changes in a.rows()
            for r in a.random_positions or [None]]
   for cell in cells:
     cell_config(config, cell)
@@ -157,6 +197,7 @@ def cell_config(config: ml_collections.ConfigDict, cell: Cell,
         'data.max_length', 'model.max_length', 'model.t5_max_distance')})
   if cell.random_positions is not None:
     changes['data.random_positions'] = cell.random_positions
+  changes.update(cell.changes)
   changes.update(extra or {})
   base = {g: {**config[g], **{k.partition('.')[2]: v for k, v in changes.items()
                               if k.startswith(g + '.')}} for g in settings.groups(RunConfig)}
@@ -219,36 +260,81 @@ def run_grid(config: ml_collections.ConfigDict, workdir: str, cells: list[Cell],
   set_aside(workdir, stale_cells(config, workdir, cells), fresh)
   storage.makedirs(workdir)
   console(f'Ablation: {len(cells)} runs, {grid(config).num_seeds} seed(s) each, in {workdir}.')
-  train_cells(workdir, cells, lambda cell: cell_config(config, cell))
+  train_cells(workdir, cells, lambda cell: cell_config(config, cell),
+              workers=grid(config).workers)
   return build_report(config, workdir, cells, command=command)
 
 
 def train_cells(workdir: str, cells: Sequence[Any], configure: Callable[[Any], RunConfig],
-                prepare: Callable[[Any, str], None] | None = None) -> None:
+                prepare: Callable[[Any, str], None] | None = None, workers: int = 1) -> None:
   """Trains the unfinished ``cells`` (each with a ``name``, ``dataset``, ``position`` and
   ``attention``) in order, each with ``configure(cell)``, after ``prepare(cell, run_dir)``; a
-  cell whose model cannot be built is marked not applicable."""
+  cell whose model cannot be built is marked not applicable. With ``workers`` > 1 on a
+  single-process CPU run, that many cells train at once, each in a process of its own."""
   todo = [c for c in cells if report_lib.load_run(os.path.join(workdir, c.name)) is None]
   console(f'{len(cells) - len(todo)} of {len(cells)} runs already finished.')
-  started, durations = time.perf_counter(), []
-  for i, cell in enumerate(todo):
-    run_dir, t0 = os.path.join(workdir, cell.name), time.perf_counter()
-    console(f'[{len(cells) - len(todo) + i + 1}/{len(cells)}] {cell.name}')
+  runnable = []
+  for cell in todo:
     run_config = configure(cell)
     try:
       run_config.check_model()
     except ValueError as e:  # e.g. a bias scheme with linear attention
-      console(f'  not applicable: {e}')
-      _mark_not_applicable(run_dir, cell, str(e))
+      console(f'{cell.name}: not applicable: {e}')
+      _mark_not_applicable(os.path.join(workdir, cell.name), cell, str(e))
       continue
+    runnable.append((cell, run_config))
+  started = time.perf_counter()
+  parallel = workers > 1 and jax.process_count() == 1 and jax.default_backend() == 'cpu'
+  (_train_parallel if parallel else _train_serially)(
+      workdir, runnable, prepare, len(cells) - len(runnable), len(cells), workers)
+  console(f'Finished in {(time.perf_counter() - started) / 60:.1f} min.')
+
+
+def _train_serially(workdir: str, runnable: list[tuple[Any, RunConfig]], prepare, finished: int,
+                    total: int, _workers: int) -> None:
+  durations = []
+  for i, (cell, run_config) in enumerate(runnable):
+    run_dir, t0 = os.path.join(workdir, cell.name), time.perf_counter()
+    console(f'[{finished + i + 1}/{total}] {cell.name}')
     if prepare:
       prepare(cell, run_dir)
     trainer.train_and_evaluate(run_config, run_dir)
     durations.append(time.perf_counter() - t0)
-    left = len(todo) - i - 1
-    console(f'  done in {durations[-1]:.0f}s; {len(cells) - left}/{len(cells)} runs finished, '
+    left = len(runnable) - i - 1
+    console(f'  done in {durations[-1]:.0f}s; {total - left}/{total} runs finished, '
             f'ETA {left * sum(durations) / len(durations) / 60:.1f} min')
-  console(f'Finished in {(time.perf_counter() - started) / 60:.1f} min.')
+
+
+def _train_parallel(workdir: str, runnable: list[tuple[Any, RunConfig]], prepare, finished: int,
+                    total: int, workers: int) -> None:
+  """``workers`` cells at a time, in worker processes (spawned: JAX is not fork-safe), after
+  their datasets are prepared here, once (two runs must not generate one dataset together)."""
+  for data_config, task in dict.fromkeys((rc.data, rc.train.task) for _, rc in runnable):
+    datasets.load(data_config, None, task=task)
+  context = multiprocessing.get_context('spawn')
+  with futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+    pending = {}
+    for cell, run_config in runnable:
+      run_dir = os.path.join(workdir, cell.name)
+      if prepare:
+        prepare(cell, run_dir)
+      pending[pool.submit(_train_cell, run_config, run_dir, cell.name)] = cell
+    console(f'Training {len(runnable)} runs, {workers} at a time (ablation.workers).')
+    try:
+      for done in futures.as_completed(pending):
+        done.result()  # a run's error stops the grid, as in serial order
+        finished += 1
+        console(f'{pending[done].name}: done; {finished}/{total} runs finished.')
+    except BaseException:
+      pool.shutdown(cancel_futures=True)  # the runs not started are not started
+      raise
+
+
+def _train_cell(run_config: RunConfig, run_dir: str, name: str) -> None:
+  """One cell in a worker process: its lines on the console carry its name."""
+  trainer.setup_runtime(run_config)
+  set_console_prefix(f'[{name}]')
+  trainer.train_and_evaluate(run_config, run_dir)
 
 
 def _mark_not_applicable(run_dir: str, cell: Any, reason: str) -> None:
@@ -265,7 +351,8 @@ def build_report(config: ml_collections.ConfigDict, workdir: str, cells: list[Ce
   workdir = validation.check_workdir(workdir)
   set_aside(workdir, stale_cells(config, workdir, cells), fresh=False)
   runs = [r for c in cells
-          if (r := report_lib.load_run(os.path.join(workdir, c.name), c.name)) is not None]
+          if (r := report_lib.load_run(os.path.join(workdir, c.name), c.name, c.position))
+          is not None]
   missing = len(cells) - len(runs)
   extra = f'**{missing} of {len(cells)} runs have not finished yet.**' if missing else ''
   a = grid(config)

@@ -135,7 +135,8 @@ def _pretrain_base(config: ml_collections.ConfigDict) -> ml_collections.ConfigDi
 
 def source(cell: StageCell, corpus: str) -> StageCell:
   """The pre-training run a fine-tuning or from-scratch run depends on."""
-  return StageCell(PRETRAIN, ablation.Cell(corpus, cell.position, cell.attention, None))
+  return StageCell(PRETRAIN, ablation.Cell(corpus, cell.position, cell.attention, None,
+                                           changes=cell.cell.changes))
 
 
 def configure(config: ml_collections.ConfigDict, workdir: str, cell: StageCell) -> RunConfig:
@@ -281,7 +282,7 @@ def build_report(config: ml_collections.ConfigDict, workdir: str, cells: list[St
   ablation.set_aside(workdir, stale_cells(config, workdir, cells), fresh=False)
   runs = {}
   for cell in cells:
-    run = report_lib.load_run(os.path.join(workdir, cell.name), cell.name)
+    run = report_lib.load_run(os.path.join(workdir, cell.name), cell.name, cell.position)
     if run is not None:
       runs[cell] = dataclasses.replace(run, dataset=_label(cell))
   if jax.process_index() != 0:

@@ -25,11 +25,19 @@ METRICS_FILE = 'metrics.jsonl'
 RATE = 'steps_per_sec'  # what clu's ReportProgress writes
 
 
+_PREFIX = ['']  # what this process's lines start with (a grid's run trained in a worker)
+
+
+def set_console_prefix(prefix: str) -> None:
+  """Starts this process's console lines with ``prefix``."""
+  _PREFIX[0] = f'{prefix} ' if prefix else ''
+
+
 def console(message: str, *, warning: bool = False) -> None:
   """A timestamped line from process 0: progress on stdout, a ``warning`` on stderr."""
   if jax.process_index() == 0:
-    print(f'{time.strftime("%H:%M:%S")} {message}', file=sys.stderr if warning else sys.stdout,
-          flush=True)
+    print(f'{time.strftime("%H:%M:%S")} {_PREFIX[0]}{message}',
+          file=sys.stderr if warning else sys.stdout, flush=True)
 
 
 def correlations(prediction_NxB: np.ndarray, target_NxB: np.ndarray,
