@@ -60,7 +60,8 @@ def load_published(directory: str = PUBLISHED_DIR) -> dict[str, dict]:
   ruoss = {(r['task'], r['scheme'], bool(int(r['randomized']))): number(r['accuracy'])
            for r in rows('ruoss2023.csv') if r['scheme']}
   deletang = {r['task']: number(r['accuracy']) for r in rows('deletang2023.csv')}
-  return {'ruoss': ruoss, 'deletang': deletang}
+  reprinted = {r['task'] for r in rows('deletang2023.csv') if r['source'] == 'reprint'}
+  return {'ruoss': ruoss, 'deletang': deletang, 'deletang_reprinted': reprinted}
 
 
 def task_of(dataset: str) -> str | None:
@@ -189,7 +190,9 @@ def section(runs: Sequence[Any], ours_budget: dict[str, str],
   for task in dict.fromkeys(r['task'] for r in rows):
     best = max((r['ours_plain'] for r in rows if r['task'] == task and r['ours_plain'] is not None),
                default=None)
-    deletang.append(f'| {task} | {_cell(published["deletang"].get(task))} | {_cell(best)} |')
+    mark = ' (reprint)' * (task in published.get('deletang_reprinted', ()))
+    deletang.append(f'| {task} | {_cell(published["deletang"].get(task))}{mark} | '
+                    f'{_cell(best)} |')
   return [
       '## Chomsky tasks beside the published tables', '',
       'Score: the accuracy averaged over the test lengths, of the best member (seed x rate), in '
