@@ -163,7 +163,7 @@ scaled by the step-time ratio below.
 def run_config(name: str, num_seeds: int):
   """The main job's cell for the run's scheme, with the run's overrides."""
   position, overrides, _, _ = RUNS[name]
-  config = probes.get_config()
+  config = diagnosed_main_job()
   config.ablation.num_seeds = num_seeds
   config.ablation.learning_rates = ','.join(
       f'{r:g}' for r in overrides.get('optim.learning_rates', BASE_RATE))
@@ -173,6 +173,16 @@ def run_config(name: str, num_seeds: int):
       config[group][field] = value
   return ablation.cell_config(config, ablation.Cell('position_probes/order', position,
                                                     'softmax', None))
+
+
+def diagnosed_main_job():
+  """configs/ablation/probes.py as it was when it was diagnosed (commit 6359638: 8 seeds, rates
+  1e-3 and 3e-3, 300 steps evaluated every 30, position tables at 10x): every run changes that."""
+  config = probes.get_config()
+  config.ablation.update(variants='', workers=1, num_seeds=8)
+  config.train.update(num_steps=300, log_every=30, eval_every=30, eval_lengths='')
+  config.optim.update(learning_rate=1e-3, position_lr_multiplier=10.0)
+  return config
 
 
 def scale_tables(state, factor: float):
@@ -465,7 +475,7 @@ def time_members(position: str, rounds: int = 3, steps: int = 10) -> dict[str, f
   candidates' 8 (one rate), built side by side and timed in alternating rounds (one load)."""
   runs, times = {}, {16: [], 8: []}
   for members, rates in ((16, '1e-3,3e-3'), (8, '3e-3')):
-    config = probes.get_config()
+    config = diagnosed_main_job()
     config.ablation.learning_rates = rates
     rc = ablation.cell_config(config, ablation.Cell('position_probes/order', position,
                                                     'softmax', None))

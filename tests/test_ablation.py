@@ -17,6 +17,8 @@ from training import trainer
 def tiny_ablation(tfds_dir):
   c = probes.get_config()
   c.ablation.positions = 'none,rotary'
+  c.ablation.variants = ''
+  c.ablation.workers = 1
   c.ablation.attentions = 'softmax'
   c.ablation.num_seeds = 2
   c.ablation.learning_rates = '1e-3,3e-3'
@@ -28,6 +30,7 @@ def tiny_ablation(tfds_dir):
   c.optim.warmup_steps = 1
   c.train.compilation_cache_dir = ''
   c.train.eval_max_length = 128
+  c.train.eval_lengths = ''
   return c
 
 
@@ -49,9 +52,10 @@ def test_grid_select_and_names():
   c = probes.get_config()
   c.ablation.attentions = 'softmax,linear'
   cells = ablation.check_grid(c)
-  assert len(cells) == 14
+  rows = len(c.ablation.positions.split(',')) + len(c.ablation.variants.split(','))
+  assert len(cells) == 2 * rows
   assert cells[0].name == 'position_probes-order/none'
-  assert cells[7].name == 'position_probes-order/none-linear'
+  assert cells[rows].name == 'position_probes-order/none-linear'
   assert [x.position for x in ablation.select(cells, '0:2')] == ['none', 'sinusoidal']
   assert len(ablation.select(cells, '*/rotary*')) == 2
   with pytest.raises(ValueError, match='matches no run'):
@@ -82,6 +86,51 @@ def test_tiny_ablation_runs_resumes_and_reports(tmp_path, tiny_ablation, trained
   # Rebuilding the report needs no training.
   assert ablation.build_report(tiny_ablation, workdir, cells, command='x').startswith('# Position')
   assert len(trained) == 2
+
+
+def test_variants_are_rows_with_their_fields_changed():
+  c = probes.get_config()
+  c.ablation.positions = 'rotary'
+  c.ablation.variants = 'p_rope:rotary:rope.p=0.75,irope:rotary:model.nope_interval=2'
+  cells = ablation.check_grid(c)
+  assert [x.name for x in cells] == ['position_probes-order/rotary',
+                                     'position_probes-order/p_rope', 'position_probes-order/irope']
+  p_rope, irope = (ablation.cell_config(c, x) for x in cells[1:])
+  assert (p_rope.model.position, p_rope.rope.p, p_rope.model.nope_interval) == ('rotary', 0.75, 0)
+  assert (irope.model.position, irope.rope.p, irope.model.nope_interval) == ('rotary', 1.0, 2)
+  for bad in ('p:rotray:rope.p=0.5', 'p:rotary:rope.p', 'rotary:rotary:rope.p=0.5',
+              'p:rotary:p=0.5'):
+    c.ablation.variants = bad
+    with pytest.raises(ValueError, match='ablation.variants'):
+      ablation.check_grid(c)
+
+
+def test_workers_train_runs_in_processes_with_the_serial_results(tmp_path, tiny_ablation):
+  tiny_ablation.ablation.workers = 2
+  cells = ablation.check_grid(tiny_ablation)
+  ablation.run_grid(tiny_ablation, str(tmp_path / 'parallel'), cells)
+  tiny_ablation.ablation.workers = 1
+  ablation.run_grid(tiny_ablation, str(tmp_path / 'serial'), ablation.select(cells, '*/rotary'))
+  runs = [report.load_run(str(tmp_path / kind / 'position_probes-order/rotary'))
+          for kind in ('parallel', 'serial')]
+  assert runs[0].summary['eval'] == runs[1].summary['eval']
+  assert report.load_run(str(tmp_path / 'parallel/position_probes-order/none')).summary
+
+
+def test_report_marks_split_seeds_and_rates_at_the_grid_edge():
+  def run(name, accuracy, rates=(1e-3, 3e-3), chosen=3e-3):
+    summary = {'seeds': list(range(len(accuracy))), 'chosen_members': list(range(len(accuracy))),
+               'validation_accuracy': accuracy, 'learning_rates': list(rates),
+               'learning_rate': chosen}
+    return report.Run(name, '', 'd', name, 'softmax', summary=summary)
+
+  runs = [run('a', [1.0, 0.99, 0.96]), run('b', [1.0, 0.5, 0.93]), run('c', [0.5, 0.5, 0.5])]
+  # The best mean is a's 0.983: 95% of it is 0.934.
+  assert report.solved_seeds(runs) == {'a': (3, 3), 'b': (1, 3), 'c': (0, 3)}
+  assert report.split_runs(runs) == {'b'}
+  assert report._chosen_rate(run('x', [1.0]).summary) == '0.003 (edge of the grid)'
+  assert report._chosen_rate(run('x', [1.0], (1e-3, 3e-3, 1e-2)).summary) == '0.003'
+  assert report._chosen_rate(run('x', [1.0], (3e-3,)).summary) == '0.003 (one rate tried)'
 
 
 def test_not_applicable_cell_is_reported(tmp_path, tiny_ablation, trained):

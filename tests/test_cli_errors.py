@@ -31,7 +31,8 @@ PREDICT = ('predict.py', '--workdir={W}', '--output={T}/out.jsonl')
 ABLATE = ('ablate.py', '--config=configs/ablation/probes.py', '--workdir={W}',
           '--config.data.data_dir={D}')
 # The command that ran the ablation the 'ablation_done' cases copy.
-ABLATED = ABLATE + ('--config.ablation.positions=none,alibi', '--config.ablation.num_seeds=1',
+ABLATED = ABLATE + ('--config.ablation.positions=none,alibi', '--config.ablation.variants=',
+                    '--config.ablation.workers=1', '--config.ablation.num_seeds=1',
                     '--config.ablation.learning_rates=1e-3', '--config.train.num_steps=20',
                     '--config.optim.warmup_steps=2', '--config.train.eval_max_length=128')
 FILES = TRAIN + ('--config.data.name=files',)

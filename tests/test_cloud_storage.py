@@ -148,8 +148,7 @@ def _results(workdir):
 
 def test_ablation_on_gs_matches_a_local_disk(gcs, tfds_dir, tmp_path):
   config = probes.get_config()
-  config.ablation.positions = 'none,rotary'
-  config.ablation.num_seeds = 1
+  config.ablation.update(positions='none,rotary', variants='', workers=1, num_seeds=1)
   config.data.data_dir = tfds_dir
   config.train.update(num_steps=4, eval_every=4, checkpoint_every=4, log_every=2,
                       compilation_cache_dir='', eval_max_length=128)
