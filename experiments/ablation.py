@@ -12,6 +12,7 @@ import dataclasses
 import fnmatch
 import multiprocessing
 import os
+import tempfile
 import time
 from concurrent import futures
 from typing import Any, Callable, Mapping, Sequence
@@ -71,7 +72,8 @@ class AblationConfig:
   report_memory: bool = settings.setting(False, T)  # Also report each run's train-step memory.
   # Runs trained at once on a CPU machine, each in its own process: compiling is single-threaded
   # and a small model's steps leave cores idle, so 2 on 2 cores finish a pair of runs in 0.6x
-  # the time (benchmarks/README.md). 1 elsewhere: accelerators are not shared between processes.
+  # the time. 1 elsewhere: accelerators are not shared between processes. (A two-stage grid
+  # trains one run after another: a fine-tuning run needs its pre-training.)
   workers: int = settings.setting(1, T)
 
   def __post_init__(self):
@@ -95,26 +97,30 @@ class AblationConfig:
   def rows(self) -> list[tuple[str, tuple[tuple[str, Any], ...]]]:
     """Each row's name and its changes beyond ``model.position``: the positions, then the
     variants."""
-    rows = [(p, ()) for p in self.positions]
+    rows, groups = [(p, ()) for p in self.positions], settings.groups(RunConfig)
     for text in self.variants:
-      name, position, *fields = text.split(':')
+      name, position, *fields = text.split(':') + [''] * (':' not in text)
       pairs = [f.partition('=') for f in fields]
-      if (position not in models.SCHEMES or not name or name in models.SCHEMES
-          or any(not sep or '.' not in k for k, sep, _ in pairs)):
+      if (position not in models.SCHEMES or not name or name in [r for r, _ in rows]
+          or not fields or any(not sep or k.partition('.')[0] not in groups or '.' not in k
+                               for k, sep, _ in pairs)):
         raise ValueError(f'ablation.variants has {text!r}: give name:position:group.field=value'
-                         '[:...], with a new row name and one of the schemes '
-                         f'({", ".join(models.SCHEMES)}), e.g. p_rope:rotary:rope.p=0.75.')
+                         '[:...], with a new row name, one of the schemes '
+                         f'({", ".join(models.SCHEMES)}) and fields of the groups '
+                         f'{", ".join(groups)}, e.g. p_rope:rotary:rope.p=0.75.')
       rows.append((name, (('model.position', position),) +
                    tuple((k, _literal(v)) for k, _, v in pairs)))
     return rows
 
 
 def _literal(text: str) -> Any:
-  """A variant's value as Python reads it (0.75, 4, True, 'linear'); text if it is none."""
+  """A variant's value as Python reads it (0.75, 4, True, 'linear'; a list as a tuple); text if
+  it is none."""
   try:
-    return ast.literal_eval(text)
+    value = ast.literal_eval(text)
   except (ValueError, SyntaxError):
     return text
+  return tuple(value) if isinstance(value, list) else value
 
 
 def group() -> ml_collections.ConfigDict:
@@ -308,25 +314,28 @@ def _train_serially(workdir: str, runnable: list[tuple[Any, RunConfig]], prepare
 def _train_parallel(workdir: str, runnable: list[tuple[Any, RunConfig]], prepare, finished: int,
                     total: int, workers: int) -> None:
   """``workers`` cells at a time, in worker processes (spawned: JAX is not fork-safe), after
-  their datasets are prepared here, once (two runs must not generate one dataset together)."""
+  their datasets are prepared here, once (two runs must not generate one dataset together; a
+  tokenizer trained here is thrown away, each run trains its own). After a run's error the runs
+  already started finish, no other starts, and the error is raised."""
   for data_config, task in dict.fromkeys((rc.data, rc.train.task) for _, rc in runnable):
-    datasets.load(data_config, None, task=task)
+    with tempfile.TemporaryDirectory() as scratch:
+      datasets.load(data_config, scratch, task=task)
   context = multiprocessing.get_context('spawn')
   with futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
     pending = {}
-    for cell, run_config in runnable:
-      run_dir = os.path.join(workdir, cell.name)
-      if prepare:
-        prepare(cell, run_dir)
-      pending[pool.submit(_train_cell, run_config, run_dir, cell.name)] = cell
-    console(f'Training {len(runnable)} runs, {workers} at a time (ablation.workers).')
     try:
+      for cell, run_config in runnable:
+        run_dir = os.path.join(workdir, cell.name)
+        if prepare:
+          prepare(cell, run_dir)
+        pending[pool.submit(_train_cell, run_config, run_dir, cell.name)] = cell
+      console(f'Training {len(runnable)} runs, {workers} at a time (ablation.workers).')
       for done in futures.as_completed(pending):
         done.result()  # a run's error stops the grid, as in serial order
         finished += 1
         console(f'{pending[done].name}: done; {finished}/{total} runs finished.')
     except BaseException:
-      pool.shutdown(cancel_futures=True)  # the runs not started are not started
+      pool.shutdown(cancel_futures=True)
       raise
 
 

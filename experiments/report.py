@@ -178,7 +178,8 @@ def solved_seeds(runs: Sequence[Run]) -> dict[str, tuple[int, int]]:
   """Per finished run: (its chosen seeds whose final validation accuracy reaches ``SOLVED`` x
   the best run's mean, its chosen seeds)."""
   final = {r.name: r.accuracy('validation') for r in runs if r.summary}
-  best = max((float(a.mean()) for a in final.values()), default=float('nan'))
+  best = max((m for a in final.values() if np.isfinite(m := float(np.mean(a)))),
+             default=float('nan'))
   return {name: (int((a >= SOLVED * best).sum()), len(a)) for name, a in final.items()}
 
 

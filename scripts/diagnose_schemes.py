@@ -180,7 +180,7 @@ def diagnosed_main_job():
   1e-3 and 3e-3, 300 steps evaluated every 30, position tables at 10x): every run changes that."""
   config = probes.get_config()
   config.ablation.update(variants='', workers=1, num_seeds=8)
-  config.train.update(num_steps=300, log_every=30, eval_every=30, eval_lengths='')
+  config.train.update(num_steps=300, log_every=30, eval_every=30, test_lengths='')
   config.optim.update(learning_rate=1e-3, position_lr_multiplier=10.0)
   return config
 

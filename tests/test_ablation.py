@@ -11,6 +11,7 @@ from experiments import ablation
 from experiments import extend
 from experiments import report
 from training import trainer
+from training.experiment import Experiment
 
 
 @pytest.fixture
@@ -30,7 +31,7 @@ def tiny_ablation(tfds_dir):
   c.optim.warmup_steps = 1
   c.train.compilation_cache_dir = ''
   c.train.eval_max_length = 128
-  c.train.eval_lengths = ''
+  c.train.test_lengths = ''
   return c
 
 
@@ -99,10 +100,22 @@ def test_variants_are_rows_with_their_fields_changed():
   assert (p_rope.model.position, p_rope.rope.p, p_rope.model.nope_interval) == ('rotary', 0.75, 0)
   assert (irope.model.position, irope.rope.p, irope.model.nope_interval) == ('rotary', 1.0, 2)
   for bad in ('p:rotray:rope.p=0.5', 'p:rotary:rope.p', 'rotary:rotary:rope.p=0.5',
-              'p:rotary:p=0.5'):
+              'p:rotary:p=0.5', 'p:rotary:rop.p=0.5', 'p_rope', 'p:rotary',
+              'p:rotary:rope.p=0.5,p:rotary:rope.p=0.25'):
     c.ablation.variants = bad
     with pytest.raises(ValueError, match='ablation.variants'):
       ablation.check_grid(c)
+
+
+def test_test_lengths_keep_the_training_length_and_refuse_a_length_with_no_split(tiny_ablation):
+  cell = ablation.Cell('position_probes/order', 'rotary', 'softmax', None)
+  tiny_ablation.train.update(test_lengths='128', eval_max_length=0)
+  exp = Experiment(ablation.cell_config(tiny_ablation, cell), '')
+  assert exp.final_splits() == [('test', 64), ('test_128_near', 128), ('test_128_far', 128)]
+  tiny_ablation.train.test_lengths = '128,121'
+  exp = Experiment(ablation.cell_config(tiny_ablation, cell), '')
+  with pytest.raises(ValueError, match=r'train.test_lengths names \[121\]'):
+    exp.final_splits()
 
 
 def test_workers_train_runs_in_processes_with_the_serial_results(tmp_path, tiny_ablation):

@@ -105,8 +105,9 @@ class TrainConfig:
   eval_batch_size: int = settings.setting(64, T, evaluation=True)  # Global evaluation batch size.
   # Evaluate the test splits up to this length at the end (0: all).
   eval_max_length: int = settings.setting(0, R, resume=True)
-  # Evaluate only the test splits of these lengths at the end (empty: every length).
-  eval_lengths: tuple[int, ...] = settings.setting((), R, items=int, resume=True,
+  # Evaluate only the test splits of these lengths at the end (empty: every length); the test
+  # split at the training length always is.
+  test_lengths: tuple[int, ...] = settings.setting((), R, items=int, resume=True,
                                                    example='64,128,256,512')
   # On a NaN/Inf loss or gradient: False stops the run; True skips the update and counts it.
   skip_nonfinite: bool = settings.setting(False, R, resume=True)

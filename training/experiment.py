@@ -208,13 +208,16 @@ class Experiment:
 
   def final_splits(self) -> list[tuple[str, int]]:
     """The (split, length) pairs evaluated at the end of training: all but validation, to
-    ``train.eval_max_length``, at ``train.eval_lengths`` if given."""
+    ``train.eval_max_length``, at ``train.test_lengths`` if given (and the training length)."""
     if self.chomsky:  # its test lengths are training/chomsky_suite.py's
       return [('test', self.info.train_length)]
-    t = self.config.train
-    limit, lengths = t.eval_max_length or max(self.info.eval_splits.values()), t.eval_lengths
-    return [(k, v) for k, v in self.info.eval_splits.items()
-            if k != 'validation' and v <= limit and (not lengths or v in lengths)]
+    t, splits = self.config.train, self.info.eval_splits
+    if unknown := sorted(set(t.test_lengths) - set(splits.values())):
+      raise ValueError(f'train.test_lengths names {unknown}, lengths {self.info.name} has no test '
+                       f'split of; its splits are {sorted(set(splits.values()))} tokens long.')
+    limit = t.eval_max_length or max(splits.values())
+    return [(k, v) for k, v in splits.items() if k != 'validation' and v <= limit
+            and (k == 'test' or not t.test_lengths or v in t.test_lengths)]
 
   @property
   def chomsky(self) -> bool:

@@ -38,7 +38,7 @@ def get_config():
   c.train.eval_every = 60  # 5 points per learning curve
   # 2x, 4x and 8x the training length, on seen (_near) and unseen (_far) distances: 1.5x, 3x
   # and 16x too would cost 3 more compiles and 40% more evaluation per scheme.
-  c.train.eval_lengths = '64,128,256,512'
+  c.train.test_lengths = '64,128,256,512'
   c.train.skip_nonfinite = True  # a diverging rate of the sweep is skipped, not fatal
   c.train.eval_batch_size = 250  # Divides the probes' 500-example evaluation splits.
   c.optim.update(learning_rate=3e-3, warmup_steps=30)
