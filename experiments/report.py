@@ -258,7 +258,7 @@ def budget_table(runs: Sequence[Run]) -> str:
   header = (['scheme', 'rates tried', 'chosen'] + [f'steps to {t:.0%} of {100 * best:.1f}%'
                                                    for t in THRESHOLDS]
             + [f'seeds solved ({SOLVED:.0%} of best)', 'skipped updates', 'params', 'members',
-               'step time / none', 'eval s: validation, test'])
+               'step time / none', 'seconds: setup, first step, other steps, validation, test'])
   memory = any(r.step_memory for r in done)
   header += ['step memory (MiB)'] if memory else []
   rows = []
@@ -285,8 +285,14 @@ def _chosen_rate(summary: dict[str, Any]) -> str:
 
 
 def _seconds(summary: dict[str, Any]) -> str:
-  seconds = summary.get('seconds')
-  return f'{seconds["validation_eval"]:.0f}, {seconds["test_eval"]:.0f}' if seconds else 'n/a'
+  """Where a run's wall time went: setup (data, initial state), the first step (mostly its
+  compile), the other steps, validation and the final test evaluation; 'n/a' where a run predates
+  a phase's timing."""
+  s = summary.get('seconds') or {}
+  steps = (s['train_loop'] - s['first_step'] - s['validation_eval']
+           if {'train_loop', 'first_step', 'validation_eval'} <= s.keys() else None)
+  return ', '.join('n/a' if v is None else f'{v:.0f}' for v in (
+      s.get('setup'), s.get('first_step'), steps, s.get('validation_eval'), s.get('test_eval')))
 
 
 def results_rows(runs: Sequence[Run]) -> list[dict[str, Any]]:

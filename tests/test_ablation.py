@@ -144,6 +144,11 @@ def test_report_marks_split_seeds_and_rates_at_the_grid_edge():
   assert report._chosen_rate(run('x', [1.0]).summary) == '0.003 (edge of the grid)'
   assert report._chosen_rate(run('x', [1.0], (1e-3, 3e-3, 1e-2)).summary) == '0.003'
   assert report._chosen_rate(run('x', [1.0], (3e-3,)).summary) == '0.003 (one rate tried)'
+  phases = {'setup': 5.2, 'first_step': 12.1, 'train_loop': 60.0, 'validation_eval': 8.0,
+            'test_eval': 20.4}
+  assert report._seconds({'seconds': phases}) == '5, 12, 40, 8, 20'
+  assert report._seconds({'seconds': {'validation_eval': 8.0, 'test_eval': 20.4}}) == (
+      'n/a, n/a, n/a, 8, 20')
 
 
 def test_not_applicable_cell_is_reported(tmp_path, tiny_ablation, trained):

@@ -79,10 +79,12 @@ def train_and_evaluate(config: RunConfig | ml_collections.ConfigDict,
     # Before the setup: a SIGTERM while the data is prepared or the step compiles is honoured
     # at the first step (saved there, exit 0), not the default kill (exit 143).
     watcher = stack.enter_context(preemption.Watcher())
+    began = time.perf_counter()
     try:
       if source and jax.process_index() == 0:
         init_from.copy_tokenizer(config, workdir)
       run, state = _setup(config, workdir, validated, source, stack, held)
+      run.seconds['setup'] = time.perf_counter() - began
     except BaseException:
       if new:  # refused at its setup: the new workdir is left as it was found
         stack.close()  # the checkpointer and writers first: closing them may still write
@@ -201,7 +203,7 @@ def _train(run: _Run, state: Any, watcher: preemption.Watcher) -> tuple[Any, dic
   once where an evaluation or a save needs them."""
   exp, t = run.exp, run.config.train
   log, batches = _TrainLog(run), exp.train_batches(run.start)
-  pending, last_eval = None, None
+  pending, last_eval, began = None, None, time.perf_counter()
   for step in range(run.start + 1, t.num_steps + 1):
     run.profiler.before(step)
     with jax.profiler.StepTraceAnnotation('train', step_num=step):
@@ -209,6 +211,7 @@ def _train(run: _Run, state: Any, watcher: preemption.Watcher) -> tuple[Any, dic
     run.profiler.after(step, state)
     if pending is not None:
       log.add(*jax.device_get(pending))
+      run.seconds.setdefault('first_step', time.perf_counter() - began)  # mostly compiling
     pending = (step, step_metrics)
     run.writer.progress(step)
     preempted = watcher.reached(step)
@@ -216,6 +219,7 @@ def _train(run: _Run, state: Any, watcher: preemption.Watcher) -> tuple[Any, dic
     saved = step % t.checkpoint_every == 0 or step == t.num_steps
     if preempted or evaluated or saved:
       log.add(*jax.device_get(pending))
+      run.seconds.setdefault('first_step', time.perf_counter() - began)
       pending = None
     if preempted:
       _preempt(run, step, state, log)
@@ -231,6 +235,7 @@ def _train(run: _Run, state: Any, watcher: preemption.Watcher) -> tuple[Any, dic
       finite = np.isfinite(score) and np.all(np.isfinite(last_eval['loss']))
       run.ckpt.save(step, state, score if finite else None, log.saved())
   run.ckpt.wait()  # the last step is always saved, so no metrics are pending
+  run.seconds['train_loop'] = time.perf_counter() - began  # validation and saves included
   return state, last_eval
 
 
