@@ -1,6 +1,6 @@
-"""The full embedded ablation: the main job's protocol (all schemes, 2 learning rates x 8 seeds
+"""The full embedded ablation: the main job's protocol (all schemes and p-RoPE, one rate, 10 seeds
 each) on the three position probes, ListOps and the fortunes topic dataset (real human-written
-text), all offline.
+text), all offline, every test split evaluated.
 
   python ablate.py --config=configs/ablation/embedded.py --workdir=runs/embedded
 """
@@ -18,4 +18,5 @@ def get_config():
   c.train.num_steps = 1000
   c.train.eval_every = 100  # 10 points per learning curve
   c.train.checkpoint_every = 1000
+  c.train.test_lengths = ''  # every dataset's own test lengths
   return c

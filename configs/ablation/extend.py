@@ -12,6 +12,10 @@ from experiments import extend
 def get_config():
   c = probes.get_config()
   del c.ablation
+  # The main job's cell as it was when docs/extend was made: evaluated every 30 steps, every test
+  # length kept (the study picks its own), tables at 10x (rotary has none).
+  c.train.update(eval_every=30, log_every=30, test_lengths='')
+  c.optim.update(learning_rate=1e-3, position_lr_multiplier=10.0)
   c.model.position = 'rotary'
   c.data.name = 'position_probes/order'
   c.extend = e = extend.group()

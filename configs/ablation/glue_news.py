@@ -15,6 +15,6 @@ def get_config():
   c.model.dropout_rate = 0.1  # Real text, many epochs.
   c.data.max_length = 256
   c.model.max_length = 256  # `learned`: the training length.
-  c.train.update(num_steps=10000, eval_every=1000, checkpoint_every=1000)
+  c.train.update(num_steps=10000, eval_every=1000, checkpoint_every=1000, test_lengths='')
   c.optim.update(learning_rate=5e-4, warmup_steps=500)
   return c
