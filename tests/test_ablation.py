@@ -118,6 +118,7 @@ def test_test_lengths_keep_the_training_length_and_refuse_a_length_with_no_split
     exp.final_splits()
 
 
+@pytest.mark.slow  # spawns two processes that import everything and compile: ~2 min here
 def test_workers_train_runs_in_processes_with_the_serial_results(tmp_path, tiny_ablation):
   tiny_ablation.ablation.workers = 2
   cells = ablation.check_grid(tiny_ablation)

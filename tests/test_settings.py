@@ -70,7 +70,8 @@ def test_the_roles_give_the_lists_they_replaced():
   assert every - set(config_lib.FIXED_ON_RESUME) == {
       'train.num_steps', 'train.eval_every', 'train.log_every', 'train.checkpoint_every',
       'train.keep_checkpoints', 'train.eval_batch_size', 'train.compilation_cache_dir',
-      'train.skip_nonfinite', 'data.data_dir', 'train.eval_max_length', 'train.members',
+      'train.skip_nonfinite', 'data.data_dir', 'train.eval_max_length', 'train.test_lengths',
+      'train.members',
       'data.prefetch', 'mesh.data', 'mesh.fsdp', 'mesh.tensor', 'mesh.dcn_data', 'mesh.dcn_fsdp',
       'mesh.dcn_tensor', 'mesh.rules', 'model.attention_impl', 'model.attention_chunk_size',
       'train.init_from', 'train.init_head', 'model.remat', 'train.profile_steps',
