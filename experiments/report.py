@@ -291,6 +291,8 @@ def _seconds(summary: dict[str, Any]) -> str:
   s = summary.get('seconds') or {}
   steps = (s['train_loop'] - s['first_step'] - s['validation_eval']
            if {'train_loop', 'first_step', 'validation_eval'} <= s.keys() else None)
+  if steps is not None and steps < 0:  # runs before the fix of 3 Dec 2026 timed their loop from
+    steps = None                       # the last validation on: no time for the steps
   return ', '.join('n/a' if v is None else f'{v:.0f}' for v in (
       s.get('setup'), s.get('first_step'), steps, s.get('validation_eval'), s.get('test_eval')))
 

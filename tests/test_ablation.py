@@ -150,6 +150,8 @@ def test_report_marks_split_seeds_and_rates_at_the_grid_edge():
   assert report._seconds({'seconds': phases}) == '5, 12, 40, 8, 20'
   assert report._seconds({'seconds': {'validation_eval': 8.0, 'test_eval': 20.4}}) == (
       'n/a, n/a, n/a, 8, 20')
+  # A loop timed shorter than its parts (runs before the timing fix) has no time for its steps.
+  assert report._seconds({'seconds': dict(phases, train_loop=9.0)}) == '5, 12, n/a, 8, 20'
 
 
 def test_not_applicable_cell_is_reported(tmp_path, tiny_ablation, trained):

@@ -42,6 +42,9 @@ def test_train_resume_and_eval(tmp_path, run_config):
   assert set(summary['eval']) == {'test', 'test_96_near', 'test_96_far', 'test_128_near',
                                   'test_128_far'}
   assert 0.0 <= summary['validation_accuracy'][0] <= 1.0
+  # The loop's time holds its first step and both validations (the report subtracts them).
+  seconds = summary['seconds']
+  assert seconds['train_loop'] >= seconds['first_step'] + seconds['validation_eval'] > 0
 
   # A second invocation with a longer budget resumes at step 20.
   config.train.num_steps = 30

@@ -224,9 +224,9 @@ def _train(run: _Run, state: Any, watcher: preemption.Watcher) -> tuple[Any, dic
     if preempted:
       _preempt(run, step, state, log)
     if evaluated:
-      began = time.perf_counter()
+      eval_began = time.perf_counter()
       last_eval = exp.evaluate(state.params, exp.eval_batches('validation'))
-      run.seconds['validation_eval'] += time.perf_counter() - began
+      run.seconds['validation_eval'] += time.perf_counter() - eval_began
       run.writer.write(step, {f'validation/{k}': v for k, v in last_eval.items()
                               if k not in ('count', 'score')})
     if saved:  # a candidate for the best only if evaluated at this step, with a finite loss
