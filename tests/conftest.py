@@ -1,9 +1,38 @@
 """Shared fixtures: one TFDS data_dir per test process (embedded datasets are generated once),
-and the tiny run config the training tests start from."""
+and the tiny run config the training tests start from; one persistent compilation cache for the
+session."""
 
+import os
+import shutil
+import tempfile
+
+import jax
 import pytest
 
 from configs import tiny
+
+_CACHE = 'JAX_COMPILATION_CACHE_DIR'
+
+
+def pytest_configure(config):
+  """Hundreds of tests compile the same tiny steps, in this process, in the xdist workers and in
+  the train.py processes they start: JAX's persistent compilation cache shares the programs (as
+  train.compilation_cache_dir does for real runs). The controller makes the directory, and its
+  environment reaches every worker and subprocess; a cached program is the one XLA compiled, so
+  bitwise tests are unaffected."""
+  del config
+  if _CACHE not in os.environ:
+    os.environ[_CACHE] = tempfile.mkdtemp(prefix='roformer-tests-xla-')
+    os.environ['ROFORMER_TESTS_OWN_CACHE'] = '1'
+  os.environ['JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS'] = '0'
+  jax.config.update('jax_compilation_cache_dir', os.environ[_CACHE])
+  jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
+
+
+def pytest_unconfigure(config):
+  del config
+  if os.environ.get('ROFORMER_TESTS_OWN_CACHE') and 'PYTEST_XDIST_WORKER' not in os.environ:
+    shutil.rmtree(os.environ[_CACHE], ignore_errors=True)
 
 
 @pytest.fixture(scope='session')

@@ -10,7 +10,6 @@ from training import evaluation, prediction, validation
 from training.config import run_config as typed
 from training.experiment import Experiment
 from tests.test_models import batch as model_batch, make_cfg, model_for
-from tests.test_reliability import compilation_cache  # pylint: disable=unused-import
 from tests.test_training import assert_kill_and_resume_is_bitwise
 
 N = 64

@@ -41,19 +41,6 @@ def no_network(monkeypatch):
   monkeypatch.setattr(socket, 'create_connection', refuse)
 
 
-@pytest.fixture(scope='module', autouse=True)
-def compilation_cache(tmp_path_factory):
-  """The tests here compile the same tiny steps many times: share them through JAX's persistent
-  compilation cache (as train.compilation_cache_dir does for real runs)."""
-  names = ('jax_compilation_cache_dir', 'jax_persistent_cache_min_compile_time_secs')
-  previous = [getattr(jax.config, name) for name in names]
-  jax.config.update(names[0], str(tmp_path_factory.mktemp('xla_cache')))
-  jax.config.update(names[1], 0.0)
-  yield
-  for name, value in zip(names, previous):
-    jax.config.update(name, value)
-
-
 @pytest.fixture(scope='module')
 def files_config(run_config, csv_file):
   """``files_config(**overrides)``: the tiny run config on the module's CSV file."""
@@ -91,6 +78,7 @@ def largest_file(step_dir):
 
 
 # ------------------------------------------------------------------------------------ kill -9
+@pytest.mark.slow  # ~90 s; kill -9 and bitwise resume also: test_cli_errors, test_training, GCS
 def test_kill9_soak_short(tmp_path):
   """scripts/soak.py with 3 kills (save, training, start-up): bitwise the same end state and
   metrics as an uninterrupted run in another process (so also: determinism across processes),
