@@ -17,6 +17,6 @@ def get_config():
   c.train.log_every = 5
   c.train.checkpoint_every = 10
   c.optim.warmup_steps = 2
-  c.train.compilation_cache_dir = ''  # Tests compile in a fresh process each time anyway.
+  c.train.compilation_cache_dir = ''  # Keep the test session's cache (tests/conftest.py).
   c.train.eval_max_length = 128  # The probes' long test splits cost minutes here.
   return c
