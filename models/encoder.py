@@ -231,14 +231,28 @@ class Classifier(nnx.Module):
       ctx = self.positions.prepare(positions_BxL)
       if positions_lib.blockwise(self.cfg):
         ctx = ctx._replace(positions=positions_BxL)
-    apply = nnx.remat(EncoderLayer.__call__, static_argnums=5) if self.cfg.remat else (
-        EncoderLayer.__call__)
-    for i, layer in enumerate(self.layers):
-      last = i == len(self.layers) - 1
-      x_BxLxE = apply(layer, x_BxLxE, visibility, ctx, rngs, last_num_queries if last else None)
+    x_BxLxE = self._layers(x_BxLxE, visibility, ctx, rngs, last_num_queries)
     if self.final_norm is not None:
       x_BxLxE = self.final_norm(x_BxLxE)
     return x_BxLxE
+
+  def _layers(self, x_BxLxE: jax.Array, visibility: Visibility,
+              ctx: positions_lib.PositionContext, rngs: nnx.Rngs | None,
+              last_num_queries: int | None) -> jax.Array:
+    """The encoder layers in turn. With ``cfg.remat`` each run of two or more alike layers
+    before the last is one rolled loop of rematerialised steps (``_remat_loop``); the last
+    layer, which may compute ``last_num_queries`` positions only, is rematerialised alone."""
+    layers = list(self.layers)
+    if not self.cfg.remat:
+      for i, layer in enumerate(layers):
+        last = i == len(layers) - 1
+        x_BxLxE = layer(x_BxLxE, visibility, ctx, rngs, last_num_queries if last else None)
+      return x_BxLxE
+    for run in _alike_runs(layers[:-1]):
+      x_BxLxE = (_remat_loop(run, x_BxLxE, visibility, ctx, rngs) if len(run) > 1 else
+                 nnx.remat(EncoderLayer.__call__)(run[0], x_BxLxE, visibility, ctx, rngs))
+    return nnx.remat(EncoderLayer.__call__, static_argnums=5)(
+        layers[-1], x_BxLxE, visibility, ctx, rngs, last_num_queries)
 
   def __call__(self, inputs: jax.Array, positions: jax.Array, mask: jax.Array,
                token_type_ids_BxL: jax.Array | None = None, *,
@@ -284,6 +298,41 @@ class Classifier(nnx.Module):
     weights_BxLx1 = mask_BxL[..., None].astype(jnp.float32)
     total_BxE = jnp.sum(x_BxLxE.astype(jnp.float32) * weights_BxLx1, axis=1)
     return (total_BxE / jnp.maximum(jnp.sum(weights_BxLx1, axis=1), 1.0)).astype(x_BxLxE.dtype)
+
+
+def _alike_runs(layers: list[EncoderLayer]) -> list[list[EncoderLayer]]:
+  """Consecutive layers grouped where they share a graph (a NoPE layer of a hybrid does not
+  share its neighbours')."""
+  runs = []
+  for layer in layers:
+    if runs and nnx.graphdef(layer) == nnx.graphdef(runs[-1][0]):
+      runs[-1].append(layer)
+    else:
+      runs.append([layer])
+  return runs
+
+
+def _remat_loop(layers: list[EncoderLayer], x_BxLxE: jax.Array, visibility: Visibility,
+                ctx: positions_lib.PositionContext, rngs: nnx.Rngs | None) -> jax.Array:
+  """``layers`` in turn as one rolled loop (``lax.scan``) of rematerialised steps over their
+  stacked states. XLA's CPU compiler keeps every unrolled layer's recomputed activations live
+  at once, so unrolled remat saves nothing there (benchmarks/README.md); a loop keeps one
+  layer's. The dropout stream is carried through the loop: the same draws as in turn."""
+  graphdef = nnx.graphdef(layers[0])
+  stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *(nnx.state(l) for l in layers))
+  rngs_def, rngs_state = nnx.split(rngs) if rngs is not None else (None, None)
+
+  @jax.checkpoint
+  def step(carry, state):
+    x_BxLxE, rngs_state = carry
+    layer_rngs = None if rngs is None else nnx.merge(rngs_def, rngs_state)
+    x_BxLxE = nnx.merge(graphdef, state)(x_BxLxE, visibility, ctx, layer_rngs)
+    return (x_BxLxE, None if rngs is None else nnx.state(layer_rngs)), None
+
+  (x_BxLxE, rngs_state), _ = jax.lax.scan(step, (x_BxLxE, rngs_state), stacked)
+  if rngs is not None:
+    nnx.update(rngs, rngs_state)
+  return x_BxLxE
 
 
 def init(cfg: ModelConfig, key: jax.Array) -> tuple[nnx.GraphDef, nnx.State]:

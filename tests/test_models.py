@@ -190,10 +190,12 @@ def test_gradients_finite_and_nonzero(overrides):
     assert np.abs(g).max() > 0, name
 
 
-def test_remat_same_outputs_and_gradients():
-  """Remat against the plain model, with both dropouts active."""
+@pytest.mark.parametrize('num_layers', [1, 4])
+def test_remat_same_outputs_and_gradients(num_layers):
+  """Remat against the plain model, with both dropouts active; with 4 layers the first 3 run
+  as one rolled loop, which carries the dropout stream (the same draws)."""
   cfg = make_cfg(position='shaw', shaw_values=True, deterministic=False,
-                 attention_dropout_rate=0.1, num_layers=1)
+                 attention_dropout_rate=0.1, num_layers=num_layers)
   _, params = models.init(cfg, key_for(0))
   key = key_for(7)
   loss, grads = loss_and_grads(cfg, params, key)
