@@ -248,11 +248,11 @@ class Classifier(nnx.Module):
         last = i == len(layers) - 1
         x_BxLxE = layer(x_BxLxE, visibility, ctx, rngs, last_num_queries if last else None)
       return x_BxLxE
+    remat = nnx.remat(EncoderLayer.__call__, static_argnums=5)
     for run in _alike_runs(layers[:-1]):
       x_BxLxE = (_remat_loop(run, x_BxLxE, visibility, ctx, rngs) if len(run) > 1 else
-                 nnx.remat(EncoderLayer.__call__)(run[0], x_BxLxE, visibility, ctx, rngs))
-    return nnx.remat(EncoderLayer.__call__, static_argnums=5)(
-        layers[-1], x_BxLxE, visibility, ctx, rngs, last_num_queries)
+                 remat(run[0], x_BxLxE, visibility, ctx, rngs, None))
+    return remat(layers[-1], x_BxLxE, visibility, ctx, rngs, last_num_queries)
 
   def __call__(self, inputs: jax.Array, positions: jax.Array, mask: jax.Array,
                token_type_ids_BxL: jax.Array | None = None, *,
@@ -316,8 +316,7 @@ def _remat_loop(layers: list[EncoderLayer], x_BxLxE: jax.Array, visibility: Visi
                 ctx: positions_lib.PositionContext, rngs: nnx.Rngs | None) -> jax.Array:
   """``layers`` in turn as one rolled loop (``lax.scan``) of rematerialised steps over their
   stacked states. XLA's CPU compiler keeps every unrolled layer's recomputed activations live
-  at once, so unrolled remat saves nothing there (benchmarks/README.md); a loop keeps one
-  layer's. The dropout stream is carried through the loop: the same draws as in turn."""
+  at once, so unrolled remat saves nothing there; a loop keeps one layer's. The dropout stream is carried through the loop: the same draws as in turn."""
   graphdef = nnx.graphdef(layers[0])
   stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *(nnx.state(l) for l in layers))
   rngs_def, rngs_state = nnx.split(rngs) if rngs is not None else (None, None)

@@ -45,11 +45,11 @@ BUDGETS = {
         # point (at most 1.2 for a single-output task at 50%).
         'data.chomsky_samples_per_length': 4, 'data.chomsky_eval_batch_size': 4,
         'data.chomsky_validation_size': 160,
-        # Blocks with an online softmax: at the longest test lengths (1,024 padded tokens) it
-        # evaluates about 1.5x faster than the written-out form on this CPU; below 512 tokens it
-        # is one block, the same arithmetic (tests/test_models.py pins the two forms together).
+        # Blocks with an online softmax: faster than the written-out form at the longest test
+        # lengths on CPU, where evaluation is the cost; below 512 tokens it is one block
+        # (tests/test_models.py pins the two forms together).
         'model.attention_impl': 'chunked',
-        # Two cells at a time: one run keeps about 1.4 of the 2 cores busy (docs/chomsky.md).
+        # Two cells at a time: one run leaves part of the 2 cores idle (docs/chomsky.md).
         'ablation.workers': 2},
     # The authors' experiments/example.py, on every task.
     'paper': {
