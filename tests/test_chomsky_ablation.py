@@ -11,6 +11,7 @@ import pytest
 import settings
 from configs.ablation import chomsky as chomsky_config
 from configs.ablation import probes
+from data import chomsky
 from experiments import ablation
 from experiments import chomsky_report
 from experiments import report
@@ -73,6 +74,19 @@ def test_paper_budget_is_the_authors_example_on_every_task():
           run.data.chomsky_tests[-1]) == (128, 10_000, 41, 500)
   with pytest.raises(ValueError, match='not a budget'):
     chomsky_config.get_config('huge')
+
+
+@pytest.mark.parametrize('budget', ['reduced', 'w32'])
+def test_reduced_budgets_cover_each_level_twice_every_scheme_both_ways_and_3_seeds(budget):
+  c = chomsky_config.get_config(budget)
+  cells = ablation.check_grid(c)
+  assert len(cells) == 6 * 7 * 2 and c.ablation.num_seeds >= 3
+  tasks = {x.dataset.removeprefix('chomsky/') for x in cells}
+  assert sorted(chomsky.TASKS[t].level for t in tasks) == ['cs', 'cs', 'dcf', 'dcf', 'regular',
+                                                           'regular']
+  run = ablation.cell_config(c, cells[0])
+  assert run.data.chomsky_tests[0] == 41 and run.data.chomsky_tests[-1] == 500
+  assert run.model.sizes()['hidden_size'] == {'reduced': 64, 'w32': 32}[budget]
 
 
 @pytest.mark.parametrize('ours, published, phrase, reproduced', [
