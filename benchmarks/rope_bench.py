@@ -39,7 +39,7 @@ def main(_):
   floor = jax.jit(lambda x: x * 1.5 + 0.5)
   rotary = {layout: jax.jit(lambda x, p, layout=layout: rope.apply_rotary(x, p, layout=layout))
             for layout in rope.LAYOUTS}
-  r = rope.Rotary(d)
+  r = rope.Rotary(head_dim=d)
   xs = jax.random.normal(jax.random.key(1), (FLAGS.layers, 2, b, length, h, d), jnp.float32)
 
   @jax.jit
@@ -52,7 +52,7 @@ def main(_):
     return [r.apply(xs[i, j], r.tables(p + i), 'query')
             for i in range(xs.shape[0]) for j in range(2)]
 
-  tables = {layout: rope.Rotary(d, layout=layout).tables(positions) for layout in rope.LAYOUTS}
+  tables = {layout: rope.Rotary(head_dim=d, layout=layout).tables(positions) for layout in rope.LAYOUTS}
   apply_only = {layout: jax.jit(lambda x, t, layout=layout: rope.apply_rotary_sincos(
       x, t.sin, t.cos, layout=layout)) for layout in rope.LAYOUTS}
 
