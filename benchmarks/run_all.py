@@ -62,7 +62,7 @@ BENCHMARKS = {
                         '--batches=10', '--rounds=2']),
     'length_scaling': ('length_scaling.py', ['--rounds=5'], ['--lengths=256,1024', '--rounds=2']),
     'compile_time': ('compile_time.py', ['--repeats=1'], ['--sizes=tiny,small', '--repeats=1']),
-    'rope_bench': ('rope_bench.py', [], ['--shape=2,128,4,64', '--layers=2', '--rounds=2']),
+    'rope_bench': ('rope_bench.py', ['--rounds=15'], ['--shape=2,128,4,64', '--layers=2', '--rounds=2']),
     'seeds_bench': ('seeds_bench.py', ['--seeds=8'],
                     ['--batch_size=8', '--length=64', '--repeats=2']),
     'profile_step': ('profile_step.py', ['--compare=none', '--top=0'],

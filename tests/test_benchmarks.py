@@ -29,6 +29,22 @@ def test_accelerator_smoke_runs_on_cpu(tmp_path):
   assert result['machine'] and result['command'].startswith('python')
 
 
+def test_rope_bench_runs_at_a_tiny_shape(tmp_path):
+  result, _ = run_script('rope_bench.py', '--shape=1,16,2,8', '--layers=2', '--rounds=1',
+                         tmp_path=tmp_path)
+  assert len(result['figures']) == 3 and all(f['value'] > 0 for f in result['figures'])
+
+
+def test_finetune_reports_speed_memory_and_what_remat_buys(tmp_path):
+  pytest.importorskip('transformers')
+  result, _ = run_script('finetune.py', '--size=tiny', '--length=32', '--batch_size=2',
+                         '--rounds=1', tmp_path=tmp_path)
+  figures = {f['name']: f for f in result['figures']}
+  assert figures['fine-tuning peak memory, ours / HF (both without remat)']['goal'] == '<= 1.0x'
+  assert 0 < figures['remat: peak memory of the step, with / without']['value']
+  assert 0 < figures['remat: step time, with / without']['value']
+
+
 def test_run_all_renders_results():
   sys.path.insert(0, ROOT)
   from benchmarks import run_all  # pylint: disable=g-import-not-at-top
