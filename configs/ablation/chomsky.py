@@ -33,9 +33,9 @@ N = 2048  # Randomized positions: a sorted sample of 0 .. N - 1 (the papers' N).
 
 # Each budget's fields; the comments say why where they differ from the authors'.
 BUDGETS = {
-    # The smallest budget that learns here: in a pilot (rotary, reverse_string, 3 seeds) width
-    # 64 for 1,000 steps reached 70% validation accuracy where width 32 for 500 stayed at
-    # chance; an estimated 2.5-3 hours in all when idle (docs/chomsky.md gives the measurements).
+    # A budget that learns here: in a pilot (rotary, reverse_string, 3 seeds) width 64 for 1,000
+    # steps reached 70% validation accuracy, where width 32 for 500 reached 60% and `none` 58%
+    # with nothing learned; an estimated 2.5-3 hours in all when idle (docs/chomsky.md).
     'reduced': {
         'ablation.datasets': ','.join(f'chomsky/{t}' for t in REDUCED_TASKS),
         'ablation.learning_rates': '1e-3',  # The authors' example rate (3e-3 was no better).
