@@ -52,7 +52,8 @@ def main(_):
     return [r.apply(xs[i, j], r.tables(p + i), 'query')
             for i in range(xs.shape[0]) for j in range(2)]
 
-  tables = {layout: rope.Rotary(head_dim=d, layout=layout).tables(positions) for layout in rope.LAYOUTS}
+  tables = {layout: rope.Rotary(head_dim=d, layout=layout).tables(positions)
+            for layout in rope.LAYOUTS}
   apply_only = {layout: jax.jit(lambda x, t, layout=layout: rope.apply_rotary_sincos(
       x, t.sin, t.cos, layout=layout)) for layout in rope.LAYOUTS}
 

@@ -78,8 +78,8 @@ BUDGETS['w32'] = {**BUDGETS['reduced'], 'model.hidden_size': 32, 'model.mlp_dim'
 def get_config(budget: str = 'reduced'):
   if budget not in BUDGETS:
     raise ValueError(f'configs/ablation/chomsky.py:{budget} is not a budget: use '
-                     'configs/ablation/chomsky.py (reduced), configs/ablation/chomsky.py:paper '
-                     'or configs/ablation/chomsky.py:w32.')
+                     'configs/ablation/chomsky.py (reduced) or configs/ablation/chomsky.py:NAME, '
+                     f'NAME one of {", ".join(BUDGETS)}.')
   c = default.get_config()
   c.ablation = a = ablation.group()
   a.positions = ALL_SCHEMES  # The field under study: model.position values.
