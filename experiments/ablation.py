@@ -58,7 +58,8 @@ class AblationConfig:
   # data.max_length values (empty: data.max_length).
   max_lengths: tuple[int, ...] = settings.setting((), R, items=int, example='64,128')
   # data.random_positions values: 0 plain positions, N randomized ones (Ruoss et al. 2023: a
-  # sorted sample of 0 .. N - 1; the paper's N is 2048), each scheme run with each value
+  # sorted sample of 0 .. N - 1; the paper's N is 2048), each scheme run with each value; a
+  # scheme that reads no position ids (none, cope) runs plain only, as the paper has it
   # (empty: data.random_positions).
   random_positions: tuple[int, ...] = settings.setting((), R, items=int, example='0,2048')
   # Peak learning rates tried per scheme, trained together with the seeds (one member per pair);
@@ -166,7 +167,8 @@ def check_grid(config: ml_collections.ConfigDict) -> list[Cell]:
   a = grid(config)
   cells = [Cell(d, p, at, n, r, changes) for d in a.datasets for at in a.attentions
            for n in a.max_lengths or [None] for p, changes in a.rows()
-           for r in a.random_positions or [None]]
+           for r in a.random_positions or [None]
+           if not r or models.reads_positions(dict(changes).get('model.position', p))]
   for cell in cells:
     cell_config(config, cell)
   return cells

@@ -18,6 +18,7 @@ import numpy as np
 
 import data
 from data import chomsky
+import models
 
 PUBLISHED_DIR = os.path.join(os.path.dirname(__file__), 'published')
 RUOSS = 'Ruoss et al. 2023, "Randomized Positional Encodings Boost Length Generalization of ' \
@@ -125,6 +126,7 @@ def comparison_rows(runs: Sequence[Any], published: dict[str, dict] | None = Non
       row = {'level': chomsky.TASKS[task].level, 'task': task, 'scheme': scheme,
              'verdict': verdict({r: ours.get((task, scheme, r), {}).get('best')
                                  for r in (False, True)}, theirs)}
+      row['randomizable'] = models.reads_positions(scheme)
       for randomized, kind in ((False, 'plain'), (True, 'randomized')):
         score = ours.get((task, scheme, randomized), {})
         row.update({f'ours_{kind}': score.get('best'), f'ours_{kind}_mean': score.get('mean'),
@@ -138,6 +140,12 @@ def _cell(value: float | None, mean: float | None = None) -> str:
   if value is None:
     return '—'
   return f'{value:.1f}' + (f' ({mean:.1f})' if mean is not None else '')
+
+
+def _randomized_cell(row: dict[str, Any]) -> str:
+  if not row['randomizable']:
+    return 'n/a: reads no positions'
+  return _cell(row['ours_randomized'], row['ours_randomized_mean'])
 
 
 def budget_table(ours: dict[str, str]) -> list[str]:
@@ -179,7 +187,7 @@ def section(runs: Sequence[Any], ours_budget: dict[str, str],
            'published randomized | verdict |', '|' + '---|' * 8]
   table += [f'| {r["level"]} | {r["task"]} | {r["scheme"]} | '
             f'{_cell(r["ours_plain"], r["ours_plain_mean"])} | {_cell(r["published_plain"])} | '
-            f'{_cell(r["ours_randomized"], r["ours_randomized_mean"])} | '
+            f'{_randomized_cell(r)} | '
             f'{_cell(r["published_randomized"])} | {r["verdict"]} |' for r in rows]
   tally = {}
   for r in rows:

@@ -133,6 +133,8 @@ class PositionScheme(nnx.Module):
 
   supports_linear: ClassVar[bool] = True  # usable with model.attention='linear' (no logits)
   options: ClassVar[tuple[str, ...]] = ()  # the config switches only this scheme accepts
+  # False: the scheme never reads the position ids, so randomizing them changes nothing.
+  reads_positions: ClassVar[bool] = True
 
   def __init__(self, cfg, *, rngs: nnx.Rngs):
     del cfg, rngs
@@ -193,6 +195,12 @@ def validate(cfg) -> None:
   scheme.check(cfg)
 
 
+def reads_positions(name: str) -> bool:
+  """Whether scheme ``name`` reads the position ids (``data.random_positions`` changes it); a
+  name that is no scheme gives True, so that the config's validation is what reports it."""
+  return name not in SCHEMES or SCHEMES[name].reads_positions
+
+
 def build(cfg, *, rngs: nnx.Rngs) -> PositionScheme:
   """The scheme named by ``cfg.position``."""
   return SCHEMES[cfg.position](cfg, rngs=rngs)
@@ -201,6 +209,8 @@ def build(cfg, *, rngs: nnx.Rngs) -> PositionScheme:
 @register('none')
 class NoPositions(PositionScheme):
   """No position information: the sanity baseline (attention sees a bag of tokens)."""
+
+  reads_positions = False
 
 
 def sinusoidal_table(positions_BxL: jax.Array, width: int) -> jax.Array:
@@ -738,6 +748,8 @@ class CopeHooks(LayerHooks):
 class Cope(PerLayer):
   """Contextual position encoding (Golovneva, Wang, Weston and Sukhbaatar 2024): positions count
   gated keys, so they depend on the content, never on the position ids; per-layer embeddings."""
+
+  reads_positions = False
 
   @classmethod
   def check(cls, cfg) -> None:

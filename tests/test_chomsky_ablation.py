@@ -25,13 +25,15 @@ def test_random_positions_are_a_grid_axis_and_a_name_part():
   c.ablation.datasets = 'chomsky/parity_check'
   c.ablation.positions = 'none,rotary'
   cells = ablation.check_grid(c)
+  # none reads no position ids: randomizing them would repeat its plain run (Ruoss et al.'s
+  # table has one none column too)
   assert [x.name for x in cells] == [
-      'chomsky-parity_check/none', 'chomsky-parity_check/none-random2048',
-      'chomsky-parity_check/rotary', 'chomsky-parity_check/rotary-random2048']
-  assert [ablation.cell_config(c, x).data.random_positions for x in cells] == [0, 2048, 0, 2048]
-  assert [x.name for x in ablation.select(cells, '*-random*')] == [cells[1].name, cells[3].name]
+      'chomsky-parity_check/none', 'chomsky-parity_check/rotary',
+      'chomsky-parity_check/rotary-random2048']
+  assert [ablation.cell_config(c, x).data.random_positions for x in cells] == [0, 0, 2048]
+  assert [x.name for x in ablation.select(cells, '*-random*')] == [cells[2].name]
   assert [report.Run(x.name, '', x.dataset, x.position, 'softmax').label for x in cells] == [
-      'none', 'none (randomized)', 'rotary', 'rotary (randomized)']
+      'none', 'rotary', 'rotary (randomized)']
   c.ablation.random_positions = '0,-1'
   with pytest.raises(ValueError, match=r'ablation.random_positions has \[-1\]'):
     ablation.check_grid(c)
@@ -67,7 +69,7 @@ def test_finished_plain_and_randomized_cells_go_stale_when_their_config_changes(
 def test_paper_budget_is_the_authors_example_on_every_task():
   c = chomsky_config.get_config('paper')
   cells = ablation.check_grid(c)
-  assert len(cells) == 15 * 7 * 2
+  assert len(cells) == 15 * (7 * 2 - 1)  # none plain only
   run = ablation.cell_config(c, cells[0])
   assert run.model.sizes()['num_layers'] == 5 and run.model.sizes()['hidden_size'] == 64
   assert (run.train.batch_size, run.train.num_steps, run.data.chomsky_tests[0],
@@ -80,7 +82,10 @@ def test_paper_budget_is_the_authors_example_on_every_task():
 def test_reduced_budgets_cover_each_level_twice_every_scheme_both_ways_and_3_seeds(budget):
   c = chomsky_config.get_config(budget)
   cells = ablation.check_grid(c)
-  assert len(cells) == 6 * 7 * 2 and c.ablation.num_seeds >= 3
+  # every scheme plain and randomized, but none (it reads no positions) plain only
+  assert len(cells) == 6 * (7 * 2 - 1) and c.ablation.num_seeds >= 3
+  assert {x.position for x in cells if x.random_positions} == set(
+      chomsky_config.ALL_SCHEMES.split(',')) - {'none'}
   tasks = {x.dataset.removeprefix('chomsky/') for x in cells}
   assert sorted(chomsky.TASKS[t].level for t in tasks) == ['cs', 'cs', 'dcf', 'dcf', 'regular',
                                                            'regular']
@@ -183,13 +188,14 @@ def test_tiny_chomsky_ablation_end_to_end(tmp_path):
   assert first.returncode == 0, first.stderr[-3000:]
   done = _ablate(workdir)
   assert done.returncode == 0, done.stderr[-3000:]
-  assert '4 runs (2 already finished)' in done.stdout + done.stderr
+  assert '1 of 3 runs already finished' in done.stdout + done.stderr
   with open(os.path.join(workdir, 'chomsky-parity_check/rotary-random64/summary.json')) as f:
     assert len(json.load(f)['chomsky']['score']) == 2
   with open(os.path.join(workdir, 'report.md')) as f:
     md = f.read()
   assert '## Chomsky tasks beside the published tables' in md
   assert '| regular | parity_check | rotary |' in md and 'rotary (randomized)' in md
+  assert 'n/a: reads no positions' in md
   assert os.path.exists(os.path.join(workdir, 'chomsky_comparison.csv'))
   stale = _ablate(workdir, '--report_only', '--config.optim.grad_clip_norm=0.5')
-  assert stale.returncode == 2 and '4 finished run(s)' in stale.stderr
+  assert stale.returncode == 2 and '3 finished run(s)' in stale.stderr

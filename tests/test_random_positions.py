@@ -91,8 +91,9 @@ def test_packed_rows_draw_per_document_and_pairs_per_text():
 @pytest.mark.parametrize('position', sorted(models.SCHEMES))
 def test_every_scheme_runs_on_random_positions(position):
   """Every scheme reads the drawn positions (the learned table has N rows): finite outputs
-  that differ from those at 0 .. L - 1, except those that read no position ids (none; CoPE,
-  whose positions are counted from its gates)."""
+  that differ from those at 0 .. L - 1, exactly for the schemes that declare they read position
+  ids (not none, nor CoPE, whose positions are counted from its gates): the ablation grid runs
+  only those randomized."""
   ids, positions, mask = model_batch(length=8, pad=3)
   b = batches.Classification(np.asarray(ids), np.asarray(positions), np.asarray(mask),
                              np.zeros(2, np.int32), np.ones(2, np.float32))
@@ -101,7 +102,8 @@ def test_every_scheme_runs_on_random_positions(position):
   plain = np.asarray(model(ids, positions, mask))
   randomized = np.asarray(model(ids, drawn.positions, mask))
   assert np.isfinite(randomized).all()
-  assert np.array_equal(plain, randomized) == (position in ('none', 'cope'))
+  assert np.array_equal(plain, randomized) != models.reads_positions(position)
+  assert models.reads_positions(position) == (position not in ('none', 'cope'))
 
 
 def test_lengths_beyond_n_and_a_short_learned_table_are_refused(run_config):
