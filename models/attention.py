@@ -150,7 +150,9 @@ def chunked_attention(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, v_BxSxHxD: jax
   (None: no term)."""
   length, k_size = q_BxTxHxD.shape[1], min(chunk_size, k_BxSxHxD.shape[1])
   mask_BxS = visibility.mask_BxL
-  segments_BxS = (mask_BxS.astype(jnp.int32) if visibility.segments_BxL is None
+  # Without documents every query matches every key (the mask drops padding), as ``dense``: a
+  # padded query attends to the real keys, as in the written-out form and HF's.
+  segments_BxS = (jnp.zeros(mask_BxS.shape, jnp.int32) if visibility.segments_BxL is None
                   else visibility.segments_BxL)
   index_1xS = jnp.arange(mask_BxS.shape[1])[None]
   keys = (_blocks(k_BxSxHxD, k_size), _blocks(v_BxSxHxD, k_size),

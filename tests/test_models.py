@@ -457,6 +457,18 @@ def test_chunked_attention_matches_the_written_out_form(overrides):
                grads_chunked, grads)
 
 
+def test_chunked_attention_gives_padded_positions_the_written_out_outputs():
+  """Every position's hidden state, padded ones too (a padded query attends to the real keys,
+  as in HF's RoFormer): the same in blocks as written out."""
+  cfg = make_cfg(position='rotary', attention_impl='explicit')
+  _, params = models.init(cfg, key_for(0))
+  ids, pos, mask = batch(length=11, pad=3)
+  hidden = lambda cfg: np.asarray(nnx.merge(nnx.graphdef(model_for(cfg)), params).encode(
+      ids, pos, mask, None))
+  chunked = cfg.replace(attention_impl='chunked', attention_chunk_size=4)
+  np.testing.assert_allclose(hidden(chunked), hidden(cfg), atol=2e-6, rtol=1e-5)
+
+
 def test_chunked_attention_memory_is_linear_in_the_length():
   """XLA's temporaries for a chunked train step at 8x the length grow about 8x, not 64x (at
   shorter lengths the blocks' fixed costs would hide a quadratic term)."""
