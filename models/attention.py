@@ -3,8 +3,10 @@
 ``model.attention_impl`` picks softmax attention written out (``softmax_attention``: the explicit
 probabilities that probability dropout and Shaw's relative values need),
 ``jax.nn.dot_product_attention`` (XLA, or cuDNN on NVIDIA GPUs), blocks with an online softmax
-(``chunked_attention``) or a Pallas TPU kernel (``pallas_attention``); 'auto' is 'explicit' on
-CPU, where XLA fuses it into fewer kernels (benchmarks/README.md), else 'xla'. Linear attention is
+(``chunked_attention``) or a Pallas TPU kernel (``pallas_attention``); 'auto'
+(``ModelConfig.attention_implementation``) is, on CPU, 'explicit' to train, where XLA fuses it
+into fewer kernels, and 'chunked' to evaluate where the scheme can (benchmarks/README.md), else
+'xla'. Linear attention is
 ``rope.linear_attention`` (RoFormer eq. 19). Kernels are HF RoFormer's dense layers reshaped:
 query/key/value [embed, heads, head_dim], output [heads, head_dim, embed].
 """
@@ -351,7 +353,7 @@ class SelfAttention(nnx.Module):
     self.positions = positions
     self.dropout = nnx.Dropout(cfg.attention_dropout_rate, deterministic=cfg.deterministic)
     self.kind = cfg.attention
-    self.implementation = cfg.attention_impl
+    self.implementation = cfg.attention_implementation
     self.chunk_size = cfg.attention_chunk_size
     self.feature_map = cfg.linear_feature_map
     self.causal = cfg.causal

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 from flax import nnx
 
@@ -94,7 +95,8 @@ class ModelSettings:
   # cudnn: fused flash attention on NVIDIA GPUs), 'chunked' (blocks with an online softmax, memory
   # linear in the length: long inputs on CPU/TPU), 'splash' / 'pallas_flash' (Pallas TPU kernels;
   # splash: no bias schemes; pallas_flash: also alibi/t5/shaw as a dense bias; interpret mode,
-  # slow, off TPU), 'auto' (explicit on CPU, xla elsewhere). The same numbers up to rounding.
+  # slow, off TPU), 'auto' (on CPU: chunked to evaluate where the scheme can, explicit to train;
+  # xla elsewhere). The same numbers up to rounding.
   attention_impl: str = settings.setting('auto', T, evaluation=True)
   # Queries and keys per block with attention_impl='chunked'.
   attention_chunk_size: int = settings.setting(512, T, evaluation=True)
@@ -300,6 +302,22 @@ class ModelConfig(ModelSettings):
   def relative_initializer(self):
     """N(0, relative_init_std, or init_std if 0) for the relative-position tables."""
     return nnx.initializers.normal(self.relative_init_std or self.init_std)
+
+  @property
+  def attention_implementation(self) -> str:
+    """``attention_impl``, 'auto' resolved: on CPU, 'chunked' for an evaluation pass (no
+    dropout) where the scheme runs in blocks, as its forward pass is the faster one there at
+    long lengths and about even at short ones (benchmarks/README.md, attention_impl), else
+    'explicit' (training: the written-out form's step is the faster); 'xla' on
+    accelerators."""
+    if self.attention_impl != 'auto':
+      return self.attention_impl
+    if jax.default_backend() != 'cpu':
+      return 'xla'
+    scheme = positions.SCHEMES.get(self.position)
+    chunked = (self.deterministic and self.attention == 'softmax'
+               and scheme is not None and scheme.supports_chunked)
+    return 'chunked' if chunked else 'explicit'
 
   @property
   def head_dim(self) -> int:

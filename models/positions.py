@@ -57,8 +57,9 @@ class PositionContext(NamedTuple):
 
 
 def blockwise(cfg) -> bool:
-  """Whether attention asks for blocks (``model.attention_impl='chunked'``), not whole tensors."""
-  return cfg.attention == 'softmax' and cfg.attention_impl == 'chunked'
+  """Whether attention asks for blocks (``model.attention_impl='chunked'``, or 'auto' resolved
+  to it), not whole tensors."""
+  return cfg.attention == 'softmax' and cfg.attention_implementation == 'chunked'
 
 
 def relative_positions(positions_BxL: jax.Array) -> jax.Array:
@@ -135,6 +136,8 @@ class PositionScheme(nnx.Module):
   options: ClassVar[tuple[str, ...]] = ()  # the config switches only this scheme accepts
   # False: the scheme never reads the position ids, so randomizing them changes nothing.
   reads_positions: ClassVar[bool] = True
+  # False: the scheme cannot run in blocks of keys (model.attention_impl=chunked).
+  supports_chunked: ClassVar[bool] = True
 
   def __init__(self, cfg, *, rngs: nnx.Rngs):
     del cfg, rngs
@@ -750,6 +753,7 @@ class Cope(PerLayer):
   gated keys, so they depend on the content, never on the position ids; per-layer embeddings."""
 
   reads_positions = False
+  supports_chunked = False
 
   @classmethod
   def check(cls, cfg) -> None:

@@ -35,6 +35,17 @@ def test_rope_bench_runs_at_a_tiny_shape(tmp_path):
   assert len(result['figures']) == 3 and all(f['value'] > 0 for f in result['figures'])
 
 
+def test_attention_impl_times_the_eval_step_chunked_and_written_out(tmp_path):
+  result, _ = run_script('attention_impl.py', '--size=tiny', '--length=32', '--batch_size=2',
+                         '--eval_batch_size=2', '--eval_lengths=16,32', '--rounds=1',
+                         '--repeats=1', '--schemes=rotary',
+                         tmp_path=tmp_path)
+  figures = {f['name']: f for f in result['figures']}
+  assert figures['rotary: chunked eval step / explicit eval step at 32']['goal']
+  assert figures['rotary: chunked eval step / explicit eval step at 16']['value'] > 0
+  assert [r[0] for r in result['rows']] == ['rotary', 'rotary eval at 16', 'rotary eval at 32']
+
+
 def test_finetune_reports_speed_memory_and_what_remat_buys(tmp_path):
   pytest.importorskip('transformers')
   result, _ = run_script('finetune.py', '--size=tiny', '--length=32', '--batch_size=2',

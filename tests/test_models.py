@@ -439,7 +439,7 @@ def test_chunked_attention_matches_the_written_out_form(overrides):
   """Blocks of 4 queries x keys over 11 tokens (3 of them padding, the last block partial, the
   first query block at CLS alone in the last layer): the same logits and gradients as
   'explicit', to float32 rounding, for every scheme's bias and value terms."""
-  cfg = make_cfg(**overrides)
+  cfg = make_cfg(attention_impl='explicit', **overrides)  # 'auto' evaluates chunked on CPU
   chunked = cfg.replace(attention_impl='chunked', attention_chunk_size=4)
   _, params = models.init(cfg, key_for(0))
   ids, pos, mask = batch(length=11, pad=3, offset=5)
@@ -467,6 +467,16 @@ def test_chunked_attention_gives_padded_positions_the_written_out_outputs():
       ids, pos, mask, None))
   chunked = cfg.replace(attention_impl='chunked', attention_chunk_size=4)
   np.testing.assert_allclose(hidden(chunked), hidden(cfg), atol=2e-6, rtol=1e-5)
+
+
+def test_auto_attention_evaluates_chunked_and_trains_written_out_on_cpu():
+  """'auto' on CPU: the evaluation pass in blocks where the scheme can run so (the faster
+  forward, benchmarks/attention_impl.py), training written out; an explicit choice is kept."""
+  assert make_cfg(position='rotary').attention_implementation == 'chunked'
+  assert make_cfg(False, position='rotary').attention_implementation == 'explicit'
+  assert make_cfg(position='cope').attention_implementation == 'explicit'
+  assert make_cfg(position='t5', attention_impl='xla').attention_implementation == 'xla'
+  assert make_cfg(position='rotary', attention='linear').attention_implementation == 'explicit'
 
 
 def test_chunked_attention_memory_is_linear_in_the_length():
