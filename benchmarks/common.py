@@ -31,7 +31,12 @@ from configs import default
 from data import batches
 from training import optim
 from training import steps
+from training import trainer
 from training import validation
+
+# The XLA flags the project's runs start with (entry points: experiments/cli.py); both programs
+# of a comparison run under them, ours and the peer's.
+trainer.default_xla_flags()
 
 VOCAB_SIZE = 260  # the byte tokenizer's vocabulary (data.BYTE_VOCAB_SIZE)
 NUM_CLASSES = 2

@@ -157,7 +157,9 @@ def _quiet_closed_loop_echoes() -> None:
 
 
 def run(main: Callable[[list[str]], object]) -> None:
-  """``absl.app.run(main)`` with the error handling of this module."""
+  """``absl.app.run(main)`` with the error handling of this module (and the project's XLA
+  flags, ``trainer.default_xla_flags``, before anything starts JAX)."""
+  trainer.default_xla_flags()
 
   def wrapped(argv: list[str]) -> object:
     _quiet_closed_loop_echoes()

@@ -306,3 +306,15 @@ def test_embedded_dataset_versions_are_part_of_the_data_fingerprint(run_config):
   assert validation.data_changes({}, now) == []
   older = {key: {'version': '0.0.1'} for key in now}
   assert 'version' in validation.data_changes(older, now)[0]
+
+
+def test_default_xla_flags_add_the_projects_and_keep_the_users(monkeypatch):
+  """The entry points start XLA with the project's flags, but a flag the user set wins."""
+  monkeypatch.setenv('XLA_FLAGS', '--xla_force_host_platform_device_count=4')
+  trainer.default_xla_flags()
+  assert os.environ['XLA_FLAGS'].split() == [
+      '--xla_force_host_platform_device_count=4', *trainer.XLA_FLAG_DEFAULTS]
+  mine = '--xla_cpu_enable_concurrency_optimized_scheduler=true'
+  monkeypatch.setenv('XLA_FLAGS', mine)
+  trainer.default_xla_flags()
+  assert os.environ['XLA_FLAGS'] == mine

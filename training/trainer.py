@@ -38,6 +38,21 @@ class NonFiniteLossError(RuntimeError):
   """The loss or the gradients became NaN/Inf."""
 
 
+# XLA flags this project's runs start with on top of the user's XLA_FLAGS (which win): XLA's CPU
+# scheduler that runs independent ops side by side, its default, makes the train step both
+# slower and larger in peak memory here (benchmarks/README.md, finetune).
+XLA_FLAG_DEFAULTS = ('--xla_cpu_enable_concurrency_optimized_scheduler=false',)
+
+
+def default_xla_flags() -> None:
+  """Adds ``XLA_FLAG_DEFAULTS`` to $XLA_FLAGS where it does not set them already; it takes
+  effect only before JAX starts its backends (the entry points call it before they parse)."""
+  given = os.environ.get('XLA_FLAGS', '')
+  names = {f.split('=')[0] for f in given.split()}
+  added = [f for f in XLA_FLAG_DEFAULTS if f.split('=')[0] not in names]
+  os.environ['XLA_FLAGS'] = ' '.join([given, *added]).strip()
+
+
 def setup_runtime(config: RunConfig, *, quiet: bool = True) -> None:
   """The persistent compilation cache and, with ``quiet``, no library INFO logs or progress bars."""
   if quiet:
