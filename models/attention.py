@@ -13,6 +13,7 @@ query/key/value [embed, heads, head_dim], output [heads, head_dim, embed].
 
 from __future__ import annotations
 
+import functools
 from typing import Callable, NamedTuple
 
 import jax
@@ -76,13 +77,42 @@ def softmax_attention(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, v_BxSxHxD: jax
     large_negative = _large_negative(logits_dtype)
     logits_BxHxTxS = logits_BxHxTxS + jnp.where(mask, jnp.zeros((), logits_dtype),
                                                 jnp.asarray(large_negative, logits_dtype))
-  probs_BxHxTxS = jax.nn.softmax(logits_BxHxTxS.astype(jnp.float32), axis=-1).astype(
-      v_BxSxHxD.dtype)
+  probs_BxHxTxS = _softmax_as(logits_BxHxTxS.astype(jnp.float32), v_BxSxHxD.dtype)
   if dropout is not None:
     probs_BxHxTxS = dropout(probs_BxHxTxS)
   out_BxTxHxD = jnp.einsum('BHTS,BSHD->BTHD', probs_BxHxTxS, v_BxSxHxD)
   extra_BxTxHxD = None if value_term is None else value_term(probs_BxHxTxS)
   return out_BxTxHxD if extra_BxTxHxD is None else out_BxTxHxD + extra_BxTxHxD
+
+
+def _softmax_as(logits_BxHxTxS: jax.Array, dtype) -> jax.Array:
+  """The float32 softmax over keys, returned in ``dtype``. For a narrower ``dtype`` the backward
+  pass reads the narrow probabilities: with ``jax.nn.softmax``'s own rule the step keeps a
+  float32 copy of every layer's probabilities for it as well (twice the bytes of the bfloat16
+  ones the value product already keeps), which made the bf16 step's peak memory exceed HF's."""
+  if jnp.dtype(dtype) == jnp.float32:
+    return jax.nn.softmax(logits_BxHxTxS, axis=-1)
+  return _narrow_softmax(logits_BxHxTxS, jnp.dtype(dtype))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def _narrow_softmax(logits_BxHxTxS: jax.Array, dtype) -> jax.Array:
+  return jax.nn.softmax(logits_BxHxTxS, axis=-1).astype(dtype)
+
+
+def _narrow_softmax_fwd(logits_BxHxTxS: jax.Array, dtype):
+  probs_BxHxTxS = _narrow_softmax(logits_BxHxTxS, dtype)
+  return probs_BxHxTxS, probs_BxHxTxS
+
+
+def _narrow_softmax_bwd(dtype, probs_BxHxTxS: jax.Array, grad_BxHxTxS: jax.Array):
+  del dtype
+  p_BxHxTxS = probs_BxHxTxS.astype(jnp.float32)
+  g_BxHxTxS = grad_BxHxTxS.astype(jnp.float32)
+  return (p_BxHxTxS * (g_BxHxTxS - jnp.sum(g_BxHxTxS * p_BxHxTxS, axis=-1, keepdims=True)),)
+
+
+_narrow_softmax.defvjp(_narrow_softmax_fwd, _narrow_softmax_bwd)
 
 
 def _scaled(q_BxTxHxD: jax.Array) -> jax.Array:

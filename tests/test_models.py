@@ -408,6 +408,36 @@ def test_softmax_attention_matches_the_library(dtype, head_dim):
                              atol=tolerance, rtol=tolerance)
 
 
+def test_bfloat16_attention_keeps_bfloat16_probabilities_for_the_backward_pass(monkeypatch):
+  """In bf16 the written-out attention's forward values are those of jax.nn.softmax's rule
+  bitwise, its gradients agree with that rule's to bf16 rounding, and the gradient keeps less
+  memory: the bf16 probabilities, not a float32 copy as well. In float32 nothing changes."""
+  from models import attention  # pylint: disable=g-import-not-at-top
+  ours_rule = attention._softmax_as  # pylint: disable=protected-access
+  library_rule = lambda logits, dtype: jax.nn.softmax(logits, axis=-1).astype(dtype)
+
+  def compiled_with(rule, *qkv):
+    monkeypatch.setattr(attention, '_softmax_as', rule)
+    loss = lambda q, k, v: jnp.sum(
+        attention.softmax_attention(q, k, v, None, None).astype(jnp.float32) ** 2)
+    return jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2))).lower(*qkv).compile()
+
+  keys = jax.random.split(jax.random.PRNGKey(0), 3)
+  qkv = [jax.random.normal(key, (2, 256, 4, 32), jnp.bfloat16) for key in keys]
+  ours, library = compiled_with(ours_rule, *qkv), compiled_with(library_rule, *qkv)
+  (value, grads), (library_value, library_grads) = ours(*qkv), library(*qkv)
+  assert value == library_value
+  for g, h in zip(grads, library_grads):
+    g, h = np.asarray(g, np.float32), np.asarray(h, np.float32)
+    assert np.linalg.norm(g - h) < 2e-2 * np.linalg.norm(h)
+  temp = lambda f: f.memory_analysis().temp_size_in_bytes
+  assert temp(ours) < temp(library)
+  float32 = [x.astype(jnp.float32) for x in qkv]
+  same = jax.tree.map(jnp.array_equal, compiled_with(ours_rule, *float32)(*float32),
+                      compiled_with(library_rule, *float32)(*float32))
+  assert all(jax.tree.leaves(same))
+
+
 def test_every_scheme_starts_from_the_same_shared_parameters():
   """For one key, embeddings, encoder layers and head are identical whatever the scheme; the
   scheme's own parameters (learned table, Shaw tables, T5 bias) come from their own stream."""
