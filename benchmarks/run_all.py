@@ -55,7 +55,7 @@ BENCHMARKS = {
                    ['--size=tiny', '--lengths=128,256', '--tokens=1024', '--rounds=3']),
     'finetune': ('finetune.py', ['--rounds=3'],
                  ['--size=tiny', '--length=128', '--batch_size=4', '--rounds=2']),
-    'pretrain': ('pretrain.py', ['--rounds=5'],
+    'pretrain': ('pretrain.py', ['--rounds=9'],
                  ['--size=tiny', '--length=128', '--batch_size=4', '--vocab=2000', '--rounds=2']),
     'input_pipeline': ('input_pipeline.py', [],
                        ['--lengths=128', '--batch_sizes=8', '--size=tiny', '--documents=200',
