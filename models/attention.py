@@ -90,9 +90,10 @@ def _softmax_as(logits_BxHxTxS: jax.Array, dtype) -> jax.Array:
   pass reads the narrow probabilities: with ``jax.nn.softmax``'s own rule the step keeps a
   float32 copy of every layer's probabilities for it as well (twice the bytes of the bfloat16
   ones the value product already keeps), which made the bf16 step's peak memory exceed HF's."""
-  if jnp.dtype(dtype) == jnp.float32:
+  dtype = jnp.dtype(dtype)
+  if dtype == jnp.float32:
     return jax.nn.softmax(logits_BxHxTxS, axis=-1)
-  return _narrow_softmax(logits_BxHxTxS, jnp.dtype(dtype))
+  return _narrow_softmax(logits_BxHxTxS, dtype)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
@@ -102,7 +103,7 @@ def _narrow_softmax(logits_BxHxTxS: jax.Array, dtype) -> jax.Array:
 
 def _narrow_softmax_fwd(logits_BxHxTxS: jax.Array, dtype):
   probs_BxHxTxS = _narrow_softmax(logits_BxHxTxS, dtype)
-  return probs_BxHxTxS, probs_BxHxTxS
+  return probs_BxHxTxS, probs_BxHxTxS  # the output is the only residual
 
 
 def _narrow_softmax_bwd(dtype, probs_BxHxTxS: jax.Array, grad_BxHxTxS: jax.Array):
