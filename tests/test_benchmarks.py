@@ -198,3 +198,19 @@ def test_gpu_sh_smoke_runs_on_cpu(tmp_path):
     with open(tmp_path / name) as f:
       assert json.load(f)['figures']
   assert 'tiny/32 bfloat16' in proc.stdout
+
+
+@pytest.mark.slow  # ~3 min: three 2-step runs of the main job's `none` cell (prepare, before, after)
+def test_main_job_times_its_phases_before_and_after(tmp_path):
+  sys.path.insert(0, ROOT)
+  from benchmarks import run_all  # pylint: disable=g-import-not-at-top
+  script, _, quick = run_all.BENCHMARKS['main_job']
+  out = tmp_path / 'main_job.json'
+  proc = subprocess.run([sys.executable, os.path.join('benchmarks', script), *quick,
+                         f'--json={out}'], cwd=ROOT, capture_output=True, text=True,
+                        timeout=900, check=False)
+  assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+  result = json.loads(out.read_text())
+  assert [r[:2] for r in result['rows']] == [['none', 'before'], ['none', 'after']]
+  assert all(float(c) >= 0 for r in result['rows'] for c in r[2:])
+  assert all(f['value'] > 0 for f in result['figures']) and len(result['figures']) == 2
