@@ -66,14 +66,16 @@ def test_finished_plain_and_randomized_cells_go_stale_when_their_config_changes(
     ablation.build_report(c, str(tmp_path), cells, command='x')
 
 
-def test_paper_budget_is_the_authors_example_on_every_task():
+def test_paper_budget_is_the_papers_protocol_on_every_task():
   c = chomsky_config.get_config('paper')
   cells = ablation.check_grid(c)
   assert len(cells) == 15 * (7 * 2 - 1)  # none plain only
   run = ablation.cell_config(c, cells[0])
   assert run.model.sizes()['num_layers'] == 5 and run.model.sizes()['hidden_size'] == 64
+  # Delétang et al. 2023, App. A.4: batch 128, 1M steps, 10 seeds x 3 rates; lengths 41 .. 500
   assert (run.train.batch_size, run.train.num_steps, run.data.chomsky_tests[0],
-          run.data.chomsky_tests[-1]) == (128, 10_000, 41, 500)
+          run.data.chomsky_tests[-1]) == (128, 1_000_000, 41, 500)
+  assert (run.train.num_seeds, tuple(run.optim.learning_rates)) == (10, (1e-4, 3e-4, 5e-4))
   with pytest.raises(ValueError, match='not a budget'):
     chomsky_config.get_config('huge')
 
