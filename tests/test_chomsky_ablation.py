@@ -121,7 +121,8 @@ def _run(task, position, randomized, scores):
   summary = {'seeds': list(range(len(scores))), 'chosen_members': list(range(len(scores))),
              'validation_accuracy': scores, 'learning_rate': 1e-3,
              'eval': {'test': {'length': 40, 'accuracy': scores}},
-             'chomsky': {'score': scores, 'best': max(scores)}}
+             'chomsky': {'score': scores, 'best': max(scores),
+                         'members': [{'seed': i} for i in range(len(scores))]}}
   return report.Run(name, '', f'chomsky/{task}', position, 'softmax', summary=summary)
 
 
@@ -155,6 +156,28 @@ def test_report_sets_our_scores_beside_the_published_and_marks_what_differs():
   assert '| parity_check | 52.5 | 52.0 |' in md and '| reverse_string | — | 90.0 |' in md
   assert '| tasks | 2 (5 runs) | 15 |' in md and 'Table 1' in md
   assert 'not reproduced: 1' in md and 'no published counterpart: 2' in md
+
+
+def test_randomized_minus_plain_is_paired_by_task_and_seed_and_holm_corrected():
+  runs = [_run('parity_check', 'rotary', False, [0.50, 0.52, 0.40]),
+          _run('parity_check', 'rotary', True, [0.60, 0.70, 0.45]),
+          _run('reverse_string', 'rotary', False, [0.50, 0.50, 0.50]),
+          _run('reverse_string', 'rotary', True, [0.55, 0.50, 0.60]),
+          _run('parity_check', 'alibi', False, [0.5, 0.5, 0.5]),
+          _run('parity_check', 'alibi', True, [0.5, 0.5, 0.5]),
+          _run('reverse_string', 'none', False, [0.5, 0.6, 0.7])]  # plain only: no row
+  rows = chomsky_report.randomized_gains(runs)
+  assert [r['scheme'] for r in rows] == ['rotary', 'alibi']
+  rotary, alibi = (r['result'] for r in rows)
+  # six pairs (2 tasks x 3 seeds): +10, +18, +5, +5, 0, +10 points
+  assert (rows[0]['tasks'], rotary.n) == (2, 6)
+  assert rotary.mean == pytest.approx(8.0)
+  # exact sign flips: only the all-positive and all-negative assignments reach |mean| 8
+  # (the 0 pair flips freely): 4 of 64; Holm over 2 schemes (alibi's p is 1)
+  assert rotary.p == pytest.approx(4 / 64) and rows[0]['holm_p'] == pytest.approx(8 / 64)
+  assert alibi.zero_variance and alibi.p == 1.0 and rows[1]['holm_p'] == 1.0
+  md = '\n'.join(chomsky_report.gains_table(rows))
+  assert '| rotary | 2 | 6 | +8.0 [' in md and '| alibi | 1 | 3 | +0.0 [+0.0, +0.0] | 1 (every' in md
 
 
 def test_committed_published_tables_cover_every_task_and_counterpart():
