@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import csv
 import os
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -74,16 +74,21 @@ def task_of(dataset: str) -> str | None:
   return task if kind == 'chomsky' and task in chomsky.TASKS else None
 
 
+def _suites(runs: Sequence[Any]) -> Iterator[tuple[tuple[str, str, bool], dict[str, Any]]]:
+  """((task, scheme, randomized), the summary's ``chomsky`` part) of each finished Chomsky run
+  with softmax attention."""
+  for run in runs:
+    task = task_of(run.dataset)
+    suite = (run.summary or {}).get('chomsky')
+    if task is not None and suite and run.attention == 'softmax':
+      yield (task, run.position, bool(run.random_positions)), suite
+
+
 def our_scores(runs: Sequence[Any]) -> dict[tuple[str, str, bool], dict[str, float]]:
   """(task, scheme, randomized) -> ``best`` (the papers' score) and ``mean`` over the members,
   in %, pooling the members of every finished run of that cell (softmax attention only)."""
   pooled = {}
-  for run in runs:
-    task = task_of(run.dataset)
-    suite = (run.summary or {}).get('chomsky')
-    if task is None or not suite or run.attention != 'softmax':
-      continue
-    key = (task, run.position, bool(run.random_positions))
+  for key, suite in _suites(runs):
     pooled.setdefault(key, []).extend(s for s in suite['score'] if s is not None)
   return {key: {'best': 100 * max(s), 'mean': 100 * float(np.mean(s)), 'members': len(s)}
           for key, s in pooled.items() if s}
@@ -140,14 +145,10 @@ def comparison_rows(runs: Sequence[Any], published: dict[str, dict] | None = Non
 
 
 def member_scores(runs: Sequence[Any]) -> dict[tuple[str, str, bool], dict[str, float]]:
-  """(task, scheme, randomized) -> {member (its seed and rate, as JSON text): score in %}."""
+  """(task, scheme, randomized) -> {member (its seed and rate, as text): score in %}."""
   scores = {}
-  for run in runs:
-    task = task_of(run.dataset)
-    suite = (run.summary or {}).get('chomsky')
-    if task is None or not suite or run.attention != 'softmax':
-      continue
-    cell = scores.setdefault((task, run.position, bool(run.random_positions)), {})
+  for key, suite in _suites(runs):
+    cell = scores.setdefault(key, {})
     for member, score in zip(suite['members'], suite['score']):
       if score is not None:
         cell[str(sorted(member.items()))] = 100 * score
