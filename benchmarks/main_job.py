@@ -1,20 +1,19 @@
-"""The main job's time outside training steps, before and after the overhead changes, paired.
+"""The main job's time outside training steps, before and after a change, paired.
 
-  python benchmarks/main_job.py [--schemes=none,rotary,t5] [--rounds=2]
+  python benchmarks/main_job.py --before=REV [--schemes=none,rotary,t5] [--rounds=2]
 
 Each cell of the README's main job (``configs/ablation/probes.py``, one scheme, all its seeds) is
-run alone with ``ablate.py --only``, in two settings:
+run alone with ``ablate.py --only``, from two trees:
 
-- ``before``: evaluation written out (``model.attention_impl=explicit``) and XLA's CPU
-  concurrency-optimised scheduler on, as the job ran before issue 32;
-- ``after``: the defaults (``auto``: chunked evaluation on CPU; the scheduler off).
+- ``before``: git revision ``--before`` of this repository, exported to a temporary directory;
+- ``after``: this working tree.
 
 Each run has a fresh, empty persistent compilation cache (a new user's first run) and one data
-directory prepared beforehand and shared, so that the two settings differ in nothing else. Rounds
+directory prepared beforehand and shared, so that the two trees differ in nothing else. Rounds
 are ABBA per scheme (before, after, after, before, ...), so that a drift of the machine over the
-run falls on both settings alike. The phases are the run's own ``summary.json`` timings (setup,
-first step, other steps, validation, test); the figure is the paired ratio after / before of the
-time outside the other steps, and of the whole run.
+run falls on both alike. The phases are the run's own ``summary.json`` timings (setup, first
+step, other steps, validation, test); the figures are the paired ratios after / before of the
+time outside the other steps, of the other steps, and of the whole run.
 """
 
 from __future__ import annotations
@@ -34,6 +33,7 @@ sys.path.insert(0, ROOT)
 
 from benchmarks import common  # pylint: disable=g-import-not-at-top
 
+flags.DEFINE_string('before', 'HEAD', 'Git revision of this repository to compare the working tree with.')
 flags.DEFINE_list('schemes', ['none', 'rotary', 't5'], 'Schemes of the main job to run.')
 flags.DEFINE_integer('rounds', 2, 'ABBA pairs per scheme (each pair: one run per setting).')
 flags.DEFINE_list('overrides', [], 'Extra --config.X=Y overrides for every run (tests: tiny).')
@@ -41,11 +41,7 @@ flags.DEFINE_string('json', None, 'Write the figures here (for run_all.py).')
 FLAGS = flags.FLAGS
 
 CONFIG = 'configs/ablation/probes.py'
-SCHEDULER = '--xla_cpu_enable_concurrency_optimized_scheduler'
-SETTINGS = {
-    'before': ([f'{SCHEDULER}=true'], ['--config.model.attention_impl=explicit']),
-    'after': ([], []),
-}
+SETTINGS = ('before', 'after')
 PHASES = ('setup', 'first step', 'other steps', 'validation', 'test')
 
 
@@ -57,17 +53,25 @@ def phases(summary: dict) -> dict[str, float]:
           'validation': s['validation_eval'], 'test': s['test_eval']}
 
 
-def run_cell(scheme: str, setting: str, tmp: str, data_dir: str, index: int) -> dict[str, float]:
-  """One cell of the main job in ``setting``: its phases and its process's wall time."""
-  xla, overrides = SETTINGS[setting]
-  workdir = os.path.join(tmp, f'{setting}-{index}')
-  env = dict(os.environ, XLA_FLAGS=' '.join([os.environ.get('XLA_FLAGS', ''), *xla]).strip())
+def export_tree(revision: str, directory: str) -> str:
+  """``revision`` of this repository written to ``directory`` (git archive); its commit id."""
+  commit = subprocess.run(['git', 'rev-parse', '--short', revision], cwd=ROOT, check=True,
+                          capture_output=True, text=True).stdout.strip()
+  os.makedirs(directory)
+  archive = subprocess.run(['git', 'archive', commit], cwd=ROOT, check=True, capture_output=True)
+  subprocess.run(['tar', '-x', '-C', directory], input=archive.stdout, check=True)
+  return commit
+
+
+def run_cell(scheme: str, tree: str, tmp: str, data_dir: str, index: int) -> dict[str, float]:
+  """One cell of the main job run from ``tree``: its phases and its process's wall time."""
+  workdir = os.path.join(tmp, f'run-{index}')
   args = [sys.executable, 'ablate.py', f'--config={CONFIG}', f'--workdir={workdir}',
           f'--only=*/{scheme}', f'--config.data.data_dir={data_dir}',
           f'--config.train.compilation_cache_dir={os.path.join(tmp, f"cache-{index}")}',
-          *overrides, *(f'--config.{o}' for o in FLAGS.overrides)]
+          *(f'--config.{o}' for o in FLAGS.overrides)]
   start = time.perf_counter()
-  proc = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+  proc = subprocess.run(args, cwd=tree, capture_output=True, text=True, check=False)
   wall = time.perf_counter() - start
   if proc.returncode:
     raise RuntimeError(f'{" ".join(args)} failed:\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}')
@@ -77,14 +81,15 @@ def run_cell(scheme: str, setting: str, tmp: str, data_dir: str, index: int) -> 
     return {**phases(json.load(f)), 'process': wall}
 
 
-def measure(tmp: str, data_dir: str) -> dict[tuple[str, str], list[dict[str, float]]]:
+def measure(trees: dict[str, str], tmp: str, data_dir: str
+            ) -> dict[tuple[str, str], list[dict[str, float]]]:
   """(scheme, setting) -> the phases of each of its runs, rounds in ABBA order."""
   results = {(s, k): [] for s in FLAGS.schemes for k in SETTINGS}
   index = 0
   for r in range(FLAGS.rounds):
     for scheme in FLAGS.schemes:
       for setting in (('before', 'after') if r % 2 == 0 else ('after', 'before')):
-        results[scheme, setting].append(run_cell(scheme, setting, tmp, data_dir, index))
+        results[scheme, setting].append(run_cell(scheme, trees[setting], tmp, data_dir, index))
         index += 1
         print(f'{scheme} {setting}: ' + ', '.join(
             f'{k} {v:.1f} s' for k, v in results[scheme, setting][-1].items()), flush=True)
@@ -96,8 +101,15 @@ def overhead(p: dict[str, float]) -> float:
   return p['process'] - p['other steps']
 
 
+def _paired(name: str, ratios: list[float]) -> dict:
+  value = float(np.median(ratios))
+  return common.figure(f'{name}, after / before (paired, median)', value, goal='< 1',
+                       met=value < 1, detail=f'{len(ratios)} pairs, range '
+                                             f'{min(ratios):.2f}-{max(ratios):.2f}x')
+
+
 def rows_and_figures(results) -> tuple[list[list[str]], list[dict]]:
-  rows, over, whole = [], [], []
+  rows, over, steps, whole = [], [], [], []
   for scheme in FLAGS.schemes:
     for setting in SETTINGS:
       runs = results[scheme, setting]
@@ -106,15 +118,11 @@ def rows_and_figures(results) -> tuple[list[list[str]], list[dict]]:
                    f'{float(np.median([overhead(p) for p in runs])):.1f}'])
     pairs = list(zip(results[scheme, 'after'], results[scheme, 'before']))
     over += [overhead(a) / overhead(b) for a, b in pairs]
+    steps += [a['other steps'] / b['other steps'] for a, b in pairs]
     whole += [a['process'] / b['process'] for a, b in pairs]
-  figures = [
-      common.figure('time outside training steps, after / before (paired, median)',
-                    float(np.median(over)), goal='< 1', met=float(np.median(over)) < 1,
-                    detail=f'{len(over)} pairs, range {min(over):.2f}-{max(over):.2f}x'),
-      common.figure('whole run, after / before (paired, median)', float(np.median(whole)),
-                    goal='< 1', met=float(np.median(whole)) < 1,
-                    detail=f'{len(whole)} pairs, range {min(whole):.2f}-{max(whole):.2f}x')]
-  return rows, figures
+  return rows, [_paired('time outside training steps', over),
+                _paired('training steps after the first', steps),
+                _paired('whole run', whole)]
 
 
 def prepare_data(data_dir: str) -> None:
@@ -132,21 +140,22 @@ def prepare_data(data_dir: str) -> None:
 
 def main(_):
   with tempfile.TemporaryDirectory() as tmp:
+    before = export_tree(FLAGS.before, os.path.join(tmp, 'before'))
     data_dir = os.path.join(tmp, 'data')
     prepare_data(data_dir)
-    results = measure(tmp, data_dir)
+    results = measure({'before': os.path.join(tmp, 'before'), 'after': ROOT}, tmp, data_dir)
   rows, figures = rows_and_figures(results)
-  header = ['scheme', 'setting', *(f'{k} s' for k in PHASES), 'process s', 'outside steps s']
+  header = ['scheme', 'tree', *(f'{k} s' for k in PHASES), 'process s', 'outside steps s']
   print(f'machine: {common.machine()}')
   for row in [header, *rows]:
     print(' '.join(f'{c:>13}' for c in row))
   for f in figures:
     print(f'{f["name"]}: {f["value"]:.3f}x ({f["detail"]})')
   common.write_json(FLAGS.json, {
-      'title': "The main job's time outside training steps: before / after issue 32",
+      'title': f"The main job's cells: before ({before}) / after (this tree)",
       'setup': f'{CONFIG}, one cell at a time ({", ".join(FLAGS.schemes)}), each with a fresh '
-               'compilation cache and a shared, prepared data directory; before: '
-               f'model.attention_impl=explicit and {SCHEDULER}=true; after: the defaults; '
+               'compilation cache and a shared, prepared data directory; before: commit '
+               f'{before} (--before={FLAGS.before}); after: this working tree; '
                f'{FLAGS.rounds} ABBA rounds, medians',
       'figures': figures, 'header': header, 'rows': rows})
 

@@ -70,7 +70,8 @@ BENCHMARKS = {
                      ['--size=tiny', '--length=64', '--steps=2', '--compare=none', '--top=0']),
     'roofline': ('roofline.py', [], ['--quick']),
     'accelerator_smoke': ('accelerator.py', ['--smoke'], ['--smoke']),
-    'main_job': ('main_job.py', ['--rounds=2'],
+    # Before: the tree before the member loop ran the train step unbatched (issue 32, item 3).
+    'main_job': ('main_job.py', ['--rounds=2', '--before=b7498f4'],
                  ['--schemes=none', '--rounds=1', '--overrides=' + ','.join([
                      'train.num_steps=2', 'ablation.num_seeds=1', 'train.eval_every=2',
                      'train.checkpoint_every=2', 'optim.warmup_steps=0'])]),

@@ -200,7 +200,8 @@ def test_gpu_sh_smoke_runs_on_cpu(tmp_path):
   assert 'tiny/32 bfloat16' in proc.stdout
 
 
-@pytest.mark.slow  # ~3 min: three 2-step runs of the main job's `none` cell (prepare, before, after)
+@pytest.mark.slow  # ~3 min: three 2-step runs of the main job's `none` cell (prepare, before
+# from HEAD exported, after from the working tree)
 def test_main_job_times_its_phases_before_and_after(tmp_path):
   sys.path.insert(0, ROOT)
   from benchmarks import run_all  # pylint: disable=g-import-not-at-top
@@ -213,4 +214,4 @@ def test_main_job_times_its_phases_before_and_after(tmp_path):
   result = json.loads(out.read_text())
   assert [r[:2] for r in result['rows']] == [['none', 'before'], ['none', 'after']]
   assert all(float(c) >= 0 for r in result['rows'] for c in r[2:])
-  assert all(f['value'] > 0 for f in result['figures']) and len(result['figures']) == 2
+  assert all(f['value'] > 0 for f in result['figures']) and len(result['figures']) == 3

@@ -81,7 +81,7 @@ class Experiment:
     self.train_step, self.eval_step = steps_lib.jit_steps(
         train_step, eval_step, self.state_sharding, self.batch_sharding,
         partitioning.replicated(mesh), rules,
-        members_together=1 if self.member_mode == 'loop' else 0)
+        loop=self.member_mode == 'loop')
 
   @staticmethod
   def _member_mode(mode: str, mesh: jax.sharding.Mesh) -> str:

@@ -130,23 +130,27 @@ def make_step_fns(train_graphdef: nnx.GraphDef, eval_graphdef: nnx.GraphDef,
   return train_step, eval_step
 
 
-def over_members(step: Callable, members_together: int) -> Callable:
-  """``step(member, batch)`` for every member of a stacked ``members`` (batch shared):
-  ``members_together`` at a time in one vmapped computation, the groups one after another in a
-  loop compiled into the same step (``jax.lax.map``); 0 vmaps them all."""
+def over_members(step: Callable, batch_size: int | None) -> Callable:
+  """``step(member, batch)`` for every member of a stacked ``members`` (batch shared), as
+  ``jax.lax.map`` with ``batch_size``: None runs them one after another as written for one
+  member; k runs k at a time in one vmapped computation, the groups one after another; 0 vmaps
+  them all. The loops are compiled into the same step."""
   return lambda members, batch: jax.lax.map(lambda member: step(member, batch), members,
-                                            batch_size=members_together)
+                                            batch_size=batch_size)
 
 
 def jit_steps(train_step: Callable, eval_step: Callable, state_sharding, batch_sharding,
-              replicated, rules, members_together: int):
+              replicated, rules, loop: bool):
   """Maps the steps over the member axis (``over_members``) and jits them once, state donated;
   they run under the mesh and the logical-axis ``rules``, so the model's activation annotations
-  (``models.sharding.constrain``) become sharding constraints."""
-  train = jax.jit(over_members(train_step, members_together),
+  (``models.sharding.constrain``) become sharding constraints. With ``loop`` the members run one
+  at a time: the train step as written for one member, evaluation through a vmap of one. On
+  XLA's CPU backend that pair is the faster of the two forms for each step (benchmarks/README.md,
+  ``seeds_bench``); without ``loop`` every member runs at once, vmapped."""
+  train = jax.jit(over_members(train_step, None if loop else 0),
                   in_shardings=(state_sharding, batch_sharding),
                   out_shardings=(state_sharding, replicated), donate_argnums=0)
-  evaluate = jax.jit(over_members(eval_step, members_together),
+  evaluate = jax.jit(over_members(eval_step, 1 if loop else 0),
                      in_shardings=(state_sharding.params, batch_sharding),
                      out_shardings=replicated)
   mesh = batch_sharding.mesh
