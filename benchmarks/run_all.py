@@ -103,7 +103,7 @@ def run_one(name: str, quick: bool, json_dir: str) -> dict:
   print(stdout if returncode == 0 else output[-4000:], flush=True)
   print(machine_load.describe(load), flush=True)
   result = {'name': name, 'command': command, 'wall_s': wall, 'returncode': returncode,
-            'load': load}
+            'load': load, 'date': time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}
   if returncode == 0 and os.path.exists(json_path):
     with open(json_path) as f:
       result.update(json.load(f))
@@ -190,7 +190,9 @@ def render(results: dict, quick: bool, total_s: float | None) -> str:
       '```',
       '',
       f'Generated {now}{" (QUICK sizes: not the reference figures)" if quick else ""}'
-      + (f'; total wall time {total_s / 60:.1f} min' if total_s else '') + '.',
+      + (f'; total wall time {total_s / 60:.1f} min' if total_s else
+         '; some sections rerun (--only): each says when it ran, those without a date are '
+         'from an earlier generation') + '.',
       f'Machine: {machine}, {common.gib(common.mem_total_bytes())} RAM.',
       f'Versions: {versions}.',
       '',
@@ -217,7 +219,8 @@ def render(results: dict, quick: bool, total_s: float | None) -> str:
     if 'error' in r:
       lines += [f'Failed (exit code {r["returncode"]}):', '', '```', r['error'], '```']
       continue
-    lines += [r.get('setup', '') + f'. Wall time {r["wall_s"]:.0f} s. '
+    lines += [(f'Run {r["date"]}. ' if r.get('date') else '') + r.get('setup', '')
+              + f'. Wall time {r["wall_s"]:.0f} s. '
               + machine_load.describe(r.get('load')), '']
     header, rows = r.get('header'), r.get('rows', [])
     if header:
