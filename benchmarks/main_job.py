@@ -33,7 +33,8 @@ sys.path.insert(0, ROOT)
 
 from benchmarks import common  # pylint: disable=g-import-not-at-top
 
-flags.DEFINE_string('before', 'HEAD', 'Git revision of this repository to compare the working tree with.')
+flags.DEFINE_string('before', 'HEAD',
+                    'Git revision of this repository to compare the working tree with.')
 flags.DEFINE_list('schemes', ['none', 'rotary', 't5'], 'Schemes of the main job to run.')
 flags.DEFINE_integer('rounds', 2, 'ABBA pairs per scheme (each pair: one run per setting).')
 flags.DEFINE_list('overrides', [], 'Extra --config.X=Y overrides for every run (tests: tiny).')

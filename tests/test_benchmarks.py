@@ -200,8 +200,9 @@ def test_gpu_sh_smoke_runs_on_cpu(tmp_path):
   assert 'tiny/32 bfloat16' in proc.stdout
 
 
-@pytest.mark.slow  # ~3 min: three 2-step runs of the main job's `none` cell (prepare, before
-# from HEAD exported, after from the working tree)
+# ~3 min: three 2-step runs of the main job's `none` cell (prepare; before, HEAD exported with
+# git archive; after, the working tree)
+@pytest.mark.slow
 def test_main_job_times_its_phases_before_and_after(tmp_path):
   sys.path.insert(0, ROOT)
   from benchmarks import run_all  # pylint: disable=g-import-not-at-top
