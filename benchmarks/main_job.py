@@ -55,9 +55,13 @@ def phases(summary: dict) -> dict[str, float]:
 
 
 def export_tree(revision: str, directory: str) -> str:
-  """``revision`` of this repository written to ``directory`` (git archive); its commit id."""
-  commit = subprocess.run(['git', 'rev-parse', '--short', revision], cwd=ROOT, check=True,
-                          capture_output=True, text=True).stdout.strip()
+  """``revision`` of this repository written to ``directory`` (git archive); its commit id.
+  RuntimeError with git's message if this clone lacks it (a shallow clone: fetch it first)."""
+  rev_parse = subprocess.run(['git', 'rev-parse', '--short', '--verify', f'{revision}^{{commit}}'],
+                             cwd=ROOT, capture_output=True, text=True, check=False)
+  if rev_parse.returncode:
+    raise RuntimeError(f'--before={revision}: not a commit of this clone: {rev_parse.stderr}')
+  commit = rev_parse.stdout.strip()
   os.makedirs(directory)
   archive = subprocess.run(['git', 'archive', commit], cwd=ROOT, check=True, capture_output=True)
   subprocess.run(['tar', '-x', '-C', directory], input=archive.stdout, check=True)

@@ -1,7 +1,7 @@
 """The pure train and eval steps, mapped over a leading member axis N.
 
 The N members of one run, a (learning rate, seed) pair each, train in one jitted step (their own
-init, dropout keys and rate; shared batches), vmapped together or in groups one after another
+init, dropout keys and rate; shared batches), vmapped together or one after another in a loop
 (``over_members``); N = 1 is an ordinary run.
 """
 
