@@ -144,9 +144,9 @@ def jit_steps(train_step: Callable, eval_step: Callable, state_sharding, batch_s
   """Maps the steps over the member axis (``over_members``) and jits them once, state donated;
   they run under the mesh and the logical-axis ``rules``, so the model's activation annotations
   (``models.sharding.constrain``) become sharding constraints. With ``loop`` the members run one
-  at a time: the train step as written for one member, evaluation through a vmap of one. On
-  XLA's CPU backend that pair is the faster of the two forms for each step (benchmarks/README.md,
-  ``seeds_bench``); without ``loop`` every member runs at once, vmapped."""
+  at a time: the train step as written for one member (faster on XLA's CPU backend than through
+  a vmap of one: benchmarks/README.md, ``seeds_bench``), evaluation through a vmap of one (there
+  the faster form); without ``loop`` every member runs at once, vmapped."""
   train = jax.jit(over_members(train_step, None if loop else 0),
                   in_shardings=(state_sharding, batch_sharding),
                   out_shardings=(state_sharding, replicated), donate_argnums=0)
