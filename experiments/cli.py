@@ -137,32 +137,13 @@ def _path_advice(code: int, path: str) -> str:
   return ''
 
 
-def _from_a_closed_loop(exc_traceback) -> bool:
-  frames = traceback.extract_tb(exc_traceback)
-  return bool(frames) and frames[-1].name == '_check_closed' and frames[-1].filename.endswith(
-      os.path.join('asyncio', 'base_events.py'))
-
-
-def _quiet_closed_loop_echoes() -> None:
-  """Below ``--verbosity=1``, drops what tensorstore's threads print when they call back into an
-  event loop that orbax closed after a failed save or restore: dozens of 'Event loop is closed'
-  tracebacks after the one error that matters."""
-  unraisable = sys.unraisablehook
-
-  def hook(u) -> None:
-    if _verbose() or not _from_a_closed_loop(u.exc_traceback):
-      unraisable(u)
-
-  sys.unraisablehook = hook
-
-
 def run(main: Callable[[list[str]], object]) -> None:
   """``absl.app.run(main)`` with the error handling of this module (and the project's XLA
   flags, ``trainer.default_xla_flags``, before anything starts JAX)."""
   trainer.default_xla_flags()
 
   def wrapped(argv: list[str]) -> object:
-    _quiet_closed_loop_echoes()
+    checkpoints.quiet_closed_loop_echoes(_verbose)
     try:
       return main(argv)
     except KeyboardInterrupt:

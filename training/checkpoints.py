@@ -13,7 +13,7 @@ import logging
 import os
 import sys
 import traceback
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import numpy as np
@@ -39,25 +39,31 @@ _SMALL_FILE = 1 << 20  # files up to this size are hashed even by the quick chec
 _NOISE = ('did not provide metrics', 'read_only=True, setting', 'Given directory is read only')
 
 
-class _FailedReadEchoes:
-  """When orbax fails to read a checkpoint, its other pending reads still finish on tensorstore's
-  threads and print each failure, some before orbax has raised: callbacks into the closed event
-  loop (sys.excepthook, sys.unraisablehook) and asyncio's "Task exception was never retrieved".
-  Hooked from the first restore, dropping only what comes from orbax's reads while a restore runs,
-  and for the rest of the run once one has failed. Within a restore no absl records either: the
-  caller reports the outcome in one line."""
-  watching = active = failed = False
+class _Echoes:
+  """The one place that silences what tensorstore's threads print once orbax has failed: callbacks
+  into the closed event loop (sys.excepthook, sys.unraisablehook) and asyncio's "Task exception
+  was never retrieved". From the first restore, what comes from orbax's pending reads while a
+  restore runs (some print before orbax raises), and for the rest of the run once one has failed;
+  within a restore no absl records either (the caller reports the outcome in one line). From
+  ``quiet_closed_loop_echoes`` on, unless ``verbose()``, each callback into a closed loop too."""
+  hooked = active = failed = False
+  verbose: Callable[[], bool] | None = None
+
+  @classmethod
+  def hook(cls) -> None:
+    if not cls.hooked:
+      cls.hooked = True
+      unraisable, excepthook = sys.unraisablehook, sys.excepthook
+      sys.unraisablehook = lambda u: (cls._echo(u.exc_traceback) or cls._closed_loop(
+          u.exc_traceback) or unraisable(u))
+      sys.excepthook = lambda kind, value, tb: cls._echo(tb) or excepthook(kind, value, tb)
+      logging.getLogger('asyncio').addFilter(
+          lambda record: not (record.exc_info and cls._echo(record.exc_info[2])))
 
   @classmethod
   @contextlib.contextmanager
   def watch(cls):
-    if not cls.watching:
-      cls.watching = True
-      unraisable, excepthook = sys.unraisablehook, sys.excepthook
-      sys.unraisablehook = lambda u: cls._echo(u.exc_traceback) or unraisable(u)
-      sys.excepthook = lambda kind, value, tb: cls._echo(tb) or excepthook(kind, value, tb)
-      logging.getLogger('asyncio').addFilter(
-          lambda record: not (record.exc_info and cls._echo(record.exc_info[2])))
+    cls.hook()
     absl = logging.getLogger('absl')
     level, cls.active = absl.level, True
     absl.setLevel(logging.CRITICAL)
@@ -77,6 +83,21 @@ class _FailedReadEchoes:
     files = [frame.filename for frame in traceback.extract_tb(tb)]
     return any('/orbax/' in f for f in files) or any(
         f.endswith('asyncio/base_events.py') for f in files[-2:])
+
+  @classmethod
+  def _closed_loop(cls, tb) -> bool:
+    if cls.verbose is None or cls.verbose():
+      return False
+    frames = traceback.extract_tb(tb)
+    return bool(frames) and frames[-1].name == '_check_closed' and frames[-1].filename.endswith(
+        os.path.join('asyncio', 'base_events.py'))
+
+
+def quiet_closed_loop_echoes(verbose: Callable[[], bool]) -> None:
+  """Unless ``verbose()``, drops the dozens of 'Event loop is closed' tracebacks that follow a
+  failed save or restore (the command line's, from its start; see ``_Echoes``)."""
+  _Echoes.verbose = verbose
+  _Echoes.hook()
 
 
 def _quiet_orbax_logs(record: logging.LogRecord) -> bool:
@@ -356,7 +377,7 @@ class Checkpointer:
     if storage.is_dir(os.path.join(self.step_dir(step), TRAIN_LOG_ITEM)):
       items[TRAIN_LOG_ITEM] = ocp.args.JsonRestore()
     try:
-      with _FailedReadEchoes.watch():
+      with _Echoes.watch():
         return self.manager.restore(step, args=ocp.args.Composite(**items))
     except Exception as e:  # pylint: disable=broad-except
       raise CorruptCheckpointError(step, f'orbax cannot read it ({type(e).__name__}: '
