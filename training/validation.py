@@ -5,10 +5,12 @@ workdir whose saved config differs in a field that shapes the run is refused, na
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from typing import Any, NamedTuple, Sequence
 
+from flax import traverse_util
 import jax
 import ml_collections
 
@@ -26,6 +28,7 @@ from training.config import FIXED_ON_RESUME, RunConfig, run_config
 
 CONFIG_FILE = 'config.json'
 DATA_FILE = 'data_fingerprint.json'
+flatten = functools.partial(traverse_util.flatten_dict, sep='.')  # keys as the flags name fields
 
 
 def model_config(config: RunConfig | ml_collections.ConfigDict, *, vocab_size: int,
@@ -219,17 +222,6 @@ def load_config(workdir: str) -> RunConfig:
   if saved['data'].get('name') == 'files':
     saved['data'].setdefault('quoting', 'csv')  # how .tsv files were read before the field
   return run_config(saved, strict=False)
-
-
-def flatten(d: dict, prefix: str = '') -> dict[str, Any]:
-  """A nested dict as 'a.b' -> value."""
-  out = {}
-  for k, v in d.items():
-    if isinstance(v, dict):
-      out.update(flatten(v, f'{prefix}{k}.'))
-    else:
-      out[f'{prefix}{k}'] = v
-  return out
 
 
 def _read_json(path: str) -> dict[str, Any]:
