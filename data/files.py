@@ -185,6 +185,7 @@ _FIX_COLUMNS = ('set data.text_column, data.text_b_column and data.label_column 
                 'file uses')
 
 
+# csv's QUOTE_NONE still ends a row at a lone \r: test_input_files::test_unquoted_rows_are_lines
 class _UnquotedReader:
   """What ``_read_delimited`` uses of csv.DictReader (fieldnames, line_num, the records), for
   files without quoting: one row a line (``_lines``), fields split at every delimiter; blank

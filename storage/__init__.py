@@ -158,6 +158,7 @@ class _NotSent(ObjectStorageError):
   """A request the breaker failed at once (an OSError: gcsfs does not retry it)."""
 
 
+# not in gcsfs: test_gcs_errors::test_the_emulator_killed_during_training_ends_it_within_a_minute
 class _Breaker:
   """gcsfs retries a request that cannot connect for about 30 s, and a failing save or a program's
   way out makes many in a row (orbax's finalization, the manifest, metrics, TensorBoard files,
@@ -218,6 +219,7 @@ def unreachable() -> bool:
   return _breaker.is_open()
 
 
+# gcsfs names no gs:// URL: test_gcs_errors::test_a_storage_error_names_the_url_not_an_http_endpoint
 def _raise_named(e: Exception, url: str) -> None:
   """Raises a client's error on ``url`` as ObjectStorageError (gcsfs's own name an HTTP
   endpoint, or nothing); anything else, FileNotFoundError included (callers test for it), as it

@@ -138,6 +138,7 @@ class CheckpointSaveError(CheckpointError):
   """Writing a checkpoint failed (e.g. the disk is full)."""
 
 
+# orbax has no checksums: test_reliability::test_garbled_partial_and_unmanifested_checkpoints
 def write_manifest(step_dir: str) -> None:
   """Writes the size and SHA-256 of every file of a complete step directory (atomically)."""
   paths = {rel: os.path.join(step_dir, rel) for rel in sorted(storage.files_under(step_dir))
