@@ -2,13 +2,13 @@
 plots) into the workdir.
 
   python ablate.py --config=configs/ablation/probes.py --workdir=runs/probes
-  python ablate.py --config=configs/ablation/extend.py --workdir=runs/extend  # RoPE scaling
+  python ablate.py --config=projects/extend/configs/probes.py --workdir=runs/extend  # RoPE scaling
 
-A config with a ``pretrain`` group (``configs/ablation/two_stage.py``) pre-trains every scheme,
-fine-tunes each and trains it from scratch as the control (``experiments/two_stage.py``).
+A config with a ``pretrain`` group (``projects/two_stage/configs/manpages.py``) pre-trains every scheme,
+fine-tunes each and trains it from scratch as the control (``projects/two_stage/grid.py``).
 
-A config with an ``extend`` group (``configs/ablation/extend.py``) trains one rotary model and
-evaluates it at longer lengths under each RoPE scaling variant (``experiments/extend.py``).
+A config with an ``extend`` group (``projects/extend/configs/probes.py``) trains one rotary model and
+evaluates it at longer lengths under each RoPE scaling variant (``projects/extend/grid.py``).
 
 Finished runs are skipped, so rerunning the same command resumes an interrupted sweep (a finished
 run made with another config or data is an error, or with --fresh is moved aside and rerun);
@@ -26,8 +26,6 @@ from ml_collections import config_flags
 
 from experiments import ablation
 from experiments import cli
-from experiments import extend
-from experiments import two_stage
 from training import distributed
 from training import trainer
 
@@ -47,24 +45,14 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   command = 'python ' + ' '.join(shlex.quote(a) for a in sys.argv)
-  if 'extend' in FLAGS.config:  # configs/ablation/extend.py: RoPE scaling at evaluation
-    extend.check(FLAGS.config)
-    distributed.initialize_from_flags()
-    trainer.setup_runtime(FLAGS.config, quiet=not FLAGS['verbosity'].present)
-    print(extend.run(FLAGS.config, FLAGS.workdir, command=command))
-    return
-  if two_stage.is_two_stage(FLAGS.config):  # configs/ablation/two_stage.py
-    grid = two_stage
-    cells = two_stage.select(two_stage.check_grid(FLAGS.config, FLAGS.workdir), FLAGS.only)
-  else:
-    grid, cells = ablation, ablation.select(ablation.check_grid(FLAGS.config), FLAGS.only)
+  grid = ablation.grid_kind(FLAGS.config)  # a project's (two-stage, extension) or the ablation
+  cells = grid.cells(FLAGS.config, FLAGS.workdir, FLAGS.only)
   distributed.initialize_from_flags()
-  if FLAGS.report_only:
-    print(grid.build_report(FLAGS.config, FLAGS.workdir, cells, command=command))
+  if FLAGS.report_only and grid.report:
+    print(grid.report(FLAGS.config, FLAGS.workdir, cells, command=command))
     return
   trainer.setup_runtime(FLAGS.config, quiet=not FLAGS['verbosity'].present)
-  print(grid.run_grid(FLAGS.config, FLAGS.workdir, cells, command=command, fresh=FLAGS.fresh))
-
+  print(grid.run(FLAGS.config, FLAGS.workdir, cells, command=command, fresh=FLAGS.fresh))
 
 if __name__ == '__main__':
   cli.run(main)

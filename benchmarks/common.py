@@ -2,7 +2,7 @@
 
 Besides the timing loop (``time_fns``) this module builds "our" train and forward steps the way
 training does (``configs/default.py`` -> ``validation.model_config`` -> ``models.init`` ->
-``training.optim.make_optimizer`` -> ``training.steps.make_step_fns``), on synthetic byte-level
+``training.optim.make_optimizer`` -> ``training.steps.train_step``), on synthetic byte-level
 batches, and reads peak memory from the compiled executable (``memory_analysis``).
 
 Every script takes ``--json=PATH`` and writes its figures there; ``run_all.py`` collects them.
@@ -31,6 +31,7 @@ from configs import default
 from data import batches
 from training import optim
 from training import steps
+from training import tasks
 from training import trainer
 from training import validation
 
@@ -227,10 +228,10 @@ def _our_parts(c):
   graphdef = lambda cfg: jax.eval_shape(functools.partial(models.init, cfg),
                                         jax.random.PRNGKey(0))[0]
   tx, schedule = optim.make_optimizer(c.optim, c.train.num_steps)
-  train_step, eval_step = steps.make_step_fns(
-      graphdef(cfg), graphdef(cfg.replace(deterministic=True)), tx, schedule,
-      c.optim.grad_accum_steps, c.train.skip_nonfinite)
-  return cfg, tx, train_step, eval_step
+  static = steps.Static(graphdef(cfg), graphdef(cfg.replace(deterministic=True)), tx, schedule,
+                        tasks.of(c), c.optim.grad_accum_steps, c.train.skip_nonfinite)
+  return (cfg, tx, functools.partial(steps.train_step, static=static),
+          functools.partial(steps.eval_step, static=static))
 
 
 def our_state(c, tx, key: int = 0):
@@ -250,7 +251,7 @@ def our_state(c, tx, key: int = 0):
 
 
 def our_train_step(c, batch, *, name: str = 'ours', compiled=None) -> Step:
-  """The project's train step (``make_step_fns``; forward, backward, AdamW) for one seed, jitted
+  """The project's train step (``steps.train_step``; forward, backward, AdamW) for one seed, jitted
   with the state donated, compiled for ``batch`` (or ``compiled``, e.g. from
   ``abstract_memory``, is used as is)."""
   _, tx, train_step, _ = _our_parts(c)

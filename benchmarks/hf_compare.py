@@ -7,7 +7,7 @@ Both models are randomly initialised with the same sizes (hidden, layers, heads,
 260, 2 token types, interleaved rotary, exact GELU, post-LN, dropout 0.1 on hidden states, none on
 attention probabilities), take the same batch (all real tokens) and the same optax AdamW
 (``training.optim.make_optimizer``, the default config) and loss. Ours is the project's train
-step (``training.steps.make_step_fns``); Hugging Face's is the same step body around
+step (``training.steps.train_step``); Hugging Face's is the same step body around
 ``model(input_ids, attention_mask, params=..., dropout_rng=..., train=True)`` (how the
 transformers Flax examples train). At each length the batch is ``--tokens / length`` examples
 (at least 1). Times are medians of round-robin rounds (ours, HF, ours, HF, ...); memory is XLA's

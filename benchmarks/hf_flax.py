@@ -1,6 +1,6 @@
 """Hugging Face ``FlaxRoFormerForSequenceClassification`` (and ``FlaxRoFormerForMaskedLM``)
 train and forward steps for the benchmarks: the same step body as
-``training.steps.make_step_fns`` around HF's model."""
+``training.steps.train_step`` around HF's model."""
 
 from __future__ import annotations
 
@@ -48,10 +48,10 @@ def targets_everywhere(batch: batches.LanguageModel) -> tuple[jax.Array, jax.Arr
 
 
 def hf_steps(model, tx, schedule):
-  """HF train and eval steps with exactly the body of ``training.steps.make_step_fns``."""
+  """HF train and eval steps with exactly the body of ``training.steps.train_step``."""
   import optax  # pylint: disable=g-import-not-at-top
   from training import optim  # pylint: disable=g-import-not-at-top
-  from training import steps  # pylint: disable=g-import-not-at-top
+  from training import tasks  # pylint: disable=g-import-not-at-top
 
   def logits_fn(params, batch, dropout_key):
     mask = (batch.inputs != 0).astype(jnp.int32)
@@ -62,7 +62,7 @@ def hf_steps(model, tx, schedule):
     dropout_key = jax.random.fold_in(state.key, state.step)
 
     def loss_fn(params):
-      return steps.loss_and_metrics(*_scored(logits_fn(params, batch, dropout_key), batch))
+      return tasks.loss_and_metrics(*_scored(logits_fn(params, batch, dropout_key), batch))
 
     (loss, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
     grad_norm = optax.global_norm(grads)
@@ -76,7 +76,7 @@ def hf_steps(model, tx, schedule):
     return new_state, metrics
 
   def eval_step(params, batch):
-    return steps.loss_and_metrics(*_scored(logits_fn(params, batch, None), batch))[1]
+    return tasks.loss_and_metrics(*_scored(logits_fn(params, batch, None), batch))[1]
 
   return train_step, eval_step
 
@@ -84,7 +84,7 @@ def hf_steps(model, tx, schedule):
 def build_hf(cfg, c, batch, max_length: int):
   """(train Step, forward Step) of the HF model."""
   from training import optim  # pylint: disable=g-import-not-at-top
-  from training import steps  # pylint: disable=g-import-not-at-top
+  from training import tasks  # pylint: disable=g-import-not-at-top
   model = hf_model(cfg, max_length)
   tx, schedule = optim.make_optimizer(c.optim, c.train.num_steps)
   train_step, eval_step = hf_steps(model, tx, schedule)

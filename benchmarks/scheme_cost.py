@@ -3,7 +3,7 @@
   python benchmarks/scheme_cost.py [--size=small] [--length=512] [--batch_size=4] [--rounds=7]
 
 For every scheme (``SCHEMES``: the registry's, in this order) builds the project's train
-step (forward, backward, AdamW via optax; ``training.steps.make_step_fns``) of the same preset on
+step (forward, backward, AdamW via optax; ``training.steps.train_step``) of the same preset on
 the same synthetic byte-level batch, then times them round-robin (one step of each scheme per
 round, ``--rounds`` rounds) and reports the median step time of each relative to ``none``, plus
 the compiled peak-memory estimate. Goal: rotary within 3% of none.

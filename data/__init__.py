@@ -20,14 +20,13 @@ splits below are there) and ``data.TOKENIZERS``; the loaders are in ``data.datas
 * TFDS text corpora for pre-training (``train.task`` mlm or clm), prepared beforehand:
   ``lm1b``, ``wikipedia/20230601.en``, ``c4/en``; a language model also
   reads the texts of any dataset above, ignoring its labels;
-* generated afresh for every batch, nothing prepared: ``chomsky/<task>``, the 15 tasks of the
-  Chomsky-hierarchy benchmark (Delétang et al. 2023; ``data/chomsky.py``, ``docs/chomsky.md``);
+* added by a project (``projects/<name>/``, imported by its config files or ``train.projects``),
+  e.g. ``chomsky/<task>``, generated afresh for every batch (``projects/chomsky/``);
 * ``files``: local CSV/TSV/JSONL files (``data/files.py``); for pre-training also plain-text
   files (.txt: documents separated by blank lines).
 
 Every dataset has the splits ``train``, ``validation`` and ``test``; the position probes also
-``test_<n>`` at n = 2x and 4x the training length, the Chomsky tasks ``test_<n>`` at each test
-length. The special token ids are the tokenizers'
+``test_<n>`` at n = 2x and 4x the training length. The special token ids are the tokenizers'
 (``data/tokenizers.py``).
 """
 
@@ -45,12 +44,6 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '1')
 os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '0')
 
 PROBE_TASKS = ('order', 'distance', 'nearest')
-# The tasks of Delétang et al. 2023 (data/chomsky.py), by level: regular, deterministic
-# context-free, context-sensitive.
-CHOMSKY_TASKS = ('even_pairs', 'modular_arithmetic', 'parity_check', 'cycle_navigation',
-                 'stack_manipulation', 'reverse_string', 'modular_arithmetic_brackets',
-                 'solve_equation', 'duplicate_string', 'missing_duplicate_string', 'odds_first',
-                 'binary_addition', 'binary_multiplication', 'compute_sqrt', 'bucket_sort')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,8 +66,8 @@ class Entry:
   ``embedded``, generated or read here by the embedded TFDS builder (``data/builders.py``) and
   config ``builder`` ('name/config', also its folder in the data_dir); ``tfds``, a TFDS dataset
   prepared elsewhere whose examples become texts as ``fields`` say; ``files``, the user's own
-  files; ``chomsky``, a task generated for every batch (``data/chomsky.py``; ``builder`` is the
-  task)."""
+  files; or a kind a project registers its loader for (``datasets.LOADERS``; ``builder`` is then
+  the project's own name for the dataset)."""
 
   kind: str
   builder: str | None = None
@@ -130,8 +123,13 @@ DATASETS = {
     'c4/en': _tfds(('text',), {'train': 'train', 'validation': 'validation[:50%]',
                                'test': 'validation[50%:]'}, corpus=True),
     'files': Entry('files'),
-    **{f'chomsky/{task}': Entry('chomsky', task) for task in CHOMSKY_TASKS},
 }
-DATASET_NAMES = tuple(DATASETS)
+
+
+def register(name: str, entry: Entry) -> None:
+  """Adds a project's dataset to ``DATASETS`` (its config files import the project)."""
+  if DATASETS.get(name, entry) != entry:
+    raise ValueError(f'data.name={name!r} is registered twice, differently.')
+  DATASETS[name] = entry
 # 'wordpiece' and 'bpe' (byte-level) are trained here, offline, with the `tokenizers` library.
 TOKENIZERS = ('byte', 'sentencepiece', 'wordpiece', 'bpe', 'huggingface')

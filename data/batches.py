@@ -1,9 +1,8 @@
-"""Batches: their three types, and the one sampler that orders every task's examples.
+"""Batches: their two core types, and the one sampler that orders every task's examples.
 
-A ``Classification`` batch (classification and sentence pairs, ``data/pipeline.py``), a
-``LanguageModel`` batch (MLM and CLM, ``data/lm.py``) or a ``Queries`` batch (the generated
-Chomsky-hierarchy tasks, ``data/chomsky.py``) holds NumPy arrays of this process's rows,
-then ``jax.Array`` s of the global batch (``flax.struct`` pytrees: a field left None is no leaf).
+A ``Classification`` batch (classification and sentence pairs, ``data/pipeline.py``) or a
+``LanguageModel`` batch (MLM and CLM, ``data/lm.py``), or a project's own batch type, holds
+NumPy arrays of this process's rows, then ``jax.Array`` s of the global batch (``flax.struct`` pytrees: a field left None is no leaf).
 
 Training order (``sources.TrainShards``; with one shard): the example at row j of global batch s
 (G rows) is the ``(s G + j) mod n``-th entry of a permutation of the split's n examples (packed
@@ -67,24 +66,7 @@ class LanguageModel(flax.struct.PyTreeNode):
   target_positions: np.ndarray | None = None
 
 
-class Queries(flax.struct.PyTreeNode):
-  """Inputs followed by one query token per output, each output predicted at its query token by
-  the classification head (``data/chomsky.py``): ``inputs``, ``positions`` (0, 1, ... from the
-  first input token; 0 at padding) int32 [B, L], ``mask`` bool [B, L]; ``targets`` int32 [B, M]
-  the output classes, at the query tokens ``target_positions`` int32 [B, M]; ``target_weights``
-  float32 [B, M] 1 at every output (what the loss counts), 0 at padding; ``scored`` float32
-  [B, M] 1 at the outputs the accuracy counts (those up to a termination token)."""
-
-  inputs: np.ndarray
-  positions: np.ndarray
-  mask: np.ndarray
-  targets: np.ndarray
-  target_positions: np.ndarray
-  target_weights: np.ndarray
-  scored: np.ndarray
-
-
-Batch = Union[Classification, LanguageModel, Queries]
+Batch = Union[Classification, LanguageModel]  # and the batch types projects add
 # (example numbers [b], their slots [b], for masking) -> a batch; a number past the examples is
 # padding (weight 0).
 Make = Callable[[np.ndarray, np.ndarray], Batch]

@@ -8,6 +8,11 @@ import dataclasses
 import data
 import settings
 
+# Where a dataset that is not in data.DATASETS may come from.
+PROJECT_HINT = (' A project\'s datasets (projects/<name>/, e.g. chomsky/<task>) are registered '
+                'when its config file is used (--config=projects/<name>/configs/...) or '
+                'train.projects names it.')
+
 P, R, T = settings.Role.PARAMETERS, settings.Role.RESULTS, settings.Role.RUNTIME
 
 
@@ -16,7 +21,7 @@ class DataConfig:
   """What the model reads, and how it is tokenized and batched."""
 
   # Dataset: position_probes/<task> | listops | fortunes | imdb_reviews | glue/sst2 |
-  # ag_news_subset | yelp_polarity_reviews | chomsky/<task> | files (data.DATASET_NAMES). A parameter field: the
+  # ag_news_subset | yelp_polarity_reviews | files (data.DATASETS). A parameter field: the
   # classes, and with a tokenizer trained here the vocabulary, are the dataset's.
   name: str = settings.setting('position_probes/order', P)
   # TFDS data_dir (prepared data; embedded builders are generated here).
@@ -82,7 +87,7 @@ class DataConfig:
   # evaluated example, so that every position up to N is trained; N bounds every length read.
   # 0: positions 0, 1, 2, ... (off). Any model.position that reads positions takes them.
   random_positions: int = settings.setting(0, R)
-  # data.name=chomsky/<task> (data/chomsky.py, docs/chomsky.md): training inputs have lengths
+  # data.name=chomsky/<task> (projects/chomsky/tasks.py, projects/chomsky/README.md): training inputs have lengths
   # uniform in 1..this, one length per batch as the authors draw them (the papers: 40).
   chomsky_train_length: int = settings.setting(40, R)
   # The test lengths (each its split test_<n>, in the per-length results and the score); empty:
@@ -105,10 +110,10 @@ class DataConfig:
     if not 0 < self.mask_rate < 1 or self.eval_tokens <= 0:
       raise ValueError(f'data.mask_rate must be in (0, 1) and data.eval_tokens > 0, got '
                        f'{self.mask_rate} and {self.eval_tokens}.')
-    for field, valid in (('name', data.DATASET_NAMES), ('tokenizer', data.TOKENIZERS)):
+    for field, valid in (('name', tuple(data.DATASETS)), ('tokenizer', data.TOKENIZERS)):
       if getattr(self, field) not in valid:
         raise ValueError(f'data.{field}={getattr(self, field)!r} is not valid; valid choices: '
-                         f'{", ".join(valid)}.')
+                         f'{", ".join(valid)}.' + (PROJECT_HINT if field == 'name' else ''))
     self._check_labels()
     self._check_random_positions()
     self._check_chomsky()

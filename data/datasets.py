@@ -23,7 +23,6 @@ import data
 from data import batches
 from data.config import DataConfig
 from data import builders
-from data import chomsky
 from data import corpus
 from data import files as files_lib
 from data import fortunes
@@ -138,18 +137,19 @@ def _source(data_config: DataConfig, workdir: str | None, task: str
       workdir=workdir, regression=data_config.regression), None
 
 
+# The loaders of the dataset kinds that projects add (data.register): kind ->
+# ``load(data_config, task)``, a dataset with ``Dataset``'s methods.
+LOADERS: dict[str, Callable[[DataConfig, str], 'Dataset']] = {}
+
+
 def load(data_config: DataConfig, workdir: str | None, *,
-         pair_layout: str = 'joint', task: str = 'classify'
-         ) -> Dataset | LanguageModelDataset | ChomskyDataset:
+         pair_layout: str = 'joint', task: str = 'classify') -> Dataset | LanguageModelDataset:
   """Resolves ``data.name`` to a source, tokenizer and info (preparing embedded datasets);
   sentence pairs are batched as ``pair_layout`` says ('joint' or 'dual', ``data/pipeline.py``).
   A language model (``task`` mlm or clm) reads the source's texts as documents."""
   name = data_config.name
-  if data.DATASETS[name].kind == 'chomsky':  # DataConfig checked the name
-    if task != 'classify':
-      raise ValueError(f'data.name={name!r} is a generated task with its own outputs, not a '
-                       f'corpus: train it with train.task=classify, not {task}.')
-    return ChomskyDataset.load(data_config)
+  if loader := LOADERS.get(data.DATASETS[name].kind):  # DataConfig checked the name
+    return loader(data_config, task)
   source, builder = _source(data_config, workdir, task)
   if task != 'classify':
     return LanguageModelDataset.load(data_config, workdir, source, task)
@@ -171,110 +171,14 @@ def load(data_config: DataConfig, workdir: str | None, *,
                  data_config.num_shards)
 
 
-@dataclasses.dataclass(frozen=True)
-class ChomskyDataset:
-  """A Chomsky-hierarchy task (``data/chomsky.py``), generated: the same methods as ``Dataset``.
-
-  Training batch s draws its input length uniformly in 1 .. ``data.chomsky_train_length`` and
-  its examples from ``default_rng([seed, 0, s])``, so it depends on (seed, s) alone. Evaluation
-  example j of ``validation`` (``test``) has length 1 + j mod N from ``default_rng([seed, 1 (2),
-  j])``, of ``test_<n>`` length n from ``default_rng([seed, 3, n, j])``: the same examples at
-  any batch size and on any number of processes. A batch is padded to its lengths' shape
-  (``chomsky.shape``), whatever ``max_length`` asks. The lengths in ``info`` count input tokens,
-  without the query tokens (``tokens``).
-  """
-
-  info: DatasetInfo
-  task: chomsky.Task
-  seed: int
-  prefetch: int
-  samples_per_length: int
-  validation_size: int
-
-  @classmethod
-  def load(cls, config: DataConfig) -> ChomskyDataset:
-    task = chomsky.TASKS[data.DATASETS[config.name].builder]
-    length = config.chomsky_train_length
-    info = DatasetInfo(
-        name=config.name, num_classes=task.output_size,
-        class_names=tuple(map(str, range(task.output_size))), vocab_size=task.input_size + 1,
-        train_length=length, num_train_examples=0,  # drawn afresh at every step
-        eval_splits={'validation': length, 'test': length,
-                     **{f'test_{n}': n for n in config.chomsky_tests}})
-    return cls(info, task, config.seed, config.prefetch, config.chomsky_samples_per_length,
-               config.chomsky_validation_size)
-
-  def num_examples(self, split: str, length: int | None = None) -> int:
-    del length
-    return self.samples_per_length if split.startswith('test_') else self.validation_size
-
-  def _lengths(self, split: str) -> list[int]:
-    if split not in self.info.eval_splits:
-      raise ValueError(f'{self.info.name} has no split {split!r}; valid: validation, test, '
-                       'test_<n> for each of data.chomsky_test_lengths.')
-    return ([self.info.eval_splits[split]] if split.startswith('test_')
-            else list(range(1, self.info.train_length + 1)))
-
-  def example(self, split: str, j: int) -> tuple[np.ndarray, np.ndarray]:
-    """(input, output) of example j of an evaluation split."""
-    if split.startswith('test_'):
-      n, key = self.info.eval_splits[split], [self.seed, 3, self.info.eval_splits[split], j]
-    else:
-      n, key = 1 + j % self.info.train_length, [self.seed, 1 if split == 'validation' else 2, j]
-    inputs, outputs = self.task.sample(np.random.default_rng(key), 1, n)
-    return inputs[0], outputs[0]
-
-  def train_batches(self, *, seed: int, global_batch_size: int, start_step: int = 0,
-                    process_index: int | None = None,
-                    process_count: int | None = None) -> Iterator[batches.Queries]:
-    """This process's rows of every global training batch from ``start_step`` on."""
-    index, _, size = _process(process_index, process_count, global_batch_size)
-    rows = slice(index * size, (index + 1) * size)
-
-    def at(step: int) -> batches.Queries:
-      rng = np.random.default_rng([seed, 0, step])
-      n = int(rng.integers(1, self.info.train_length + 1))
-      inputs, outputs = self.task.sample(rng, global_batch_size, n)
-      return chomsky.make_batch(self.task, list(zip(inputs[rows], outputs[rows])),
-                                *chomsky.shape(self.task, [n]))
-
-    return batches.by_step(at, start_step=start_step, prefetch=self.prefetch)
-
-  def eval_batches(self, split: str, *, global_batch_size: int, max_length: int | None = None,
-                   process_index: int | None = None,
-                   process_count: int | None = None) -> Iterator[batches.Queries]:
-    """The split's examples once, as ``Dataset.eval_batches`` shares them out (process p of k
-    evaluates the p-th of k contiguous parts), then weight-0 padding examples."""
-    del max_length
-    index, count, size = _process(process_index, process_count, global_batch_size)
-    lengths, num = self._lengths(split), self.num_examples(split)
-    start, stop = sources.shard_bounds(num, index, count)
-
-    def make(examples: np.ndarray, slots: np.ndarray) -> batches.Queries:
-      del slots
-      batch = chomsky.make_batch(self.task, [self.example(split, int(j)) for j in start + examples],
-                                 *chomsky.shape(self.task, lengths))
-      real_Bx1 = (start + examples < stop)[:, None].astype(np.float32)
-      return batch.replace(target_weights=batch.target_weights * real_Bx1,
-                           scored=batch.scored * real_Bx1)
-
-    return batches.evaluate(make, batch_size=size, prefetch=self.prefetch,
-                            num_batches=math.ceil(math.ceil(num / count) / size))
-
-  def tokens(self, length: int) -> int:
-    """Tokens of an example of ``length`` input tokens: the input and its query tokens."""
-    n = chomsky.input_length(self.task, length)
-    return n + self.task.output_length(n)
-
-
 def _shards(num_shards: int, process_index: int | None, process_count: int | None,
             global_batch_size: int) -> sources.TrainShards:
   """This process's rows of the global batch and the shards they draw from."""
-  index, _, batch_size = _process(process_index, process_count, global_batch_size)
+  index, _, batch_size = local_share(process_index, process_count, global_batch_size)
   return sources.TrainShards(num_shards, global_batch_size, (index * batch_size, batch_size))
 
 
-def _process(process_index: int | None, process_count: int | None,
+def local_share(process_index: int | None, process_count: int | None,
              global_batch_size: int) -> tuple[int, int, int]:
   """(index, count, local batch size) of this process (default: JAX's index and count)."""
   index = jax.process_index() if process_index is None else process_index
@@ -337,7 +241,7 @@ class Dataset:
     evaluation stays in step. ``max_length``: tokens per example (None: the split's natural
     length); longer texts are truncated.
     """
-    index, count, batch_size = _process(process_index, process_count, global_batch_size)
+    index, count, batch_size = local_share(process_index, process_count, global_batch_size)
     lengths = {'train': self.info.train_length, **self.info.eval_splits}
     if split not in lengths:
       raise ValueError(f'{self.info.name} has no split {split!r}; valid: {list(lengths)}')
@@ -443,7 +347,7 @@ class LanguageModelDataset:
                    process_count: int | None = None) -> Iterator[batches.LanguageModel]:
     """As ``Dataset.eval_batches``: the first ``data.eval_tokens`` tokens of the split, packed at
     ``max_length`` (default: the split's length)."""
-    index, count, batch_size = _process(process_index, process_count, global_batch_size)
+    index, count, batch_size = local_share(process_index, process_count, global_batch_size)
     if split not in self.info.eval_splits and split != 'train':
       raise ValueError(f'{self.info.name} has no split {split!r}; valid: '
                        f'{list(self.info.eval_splits)}')

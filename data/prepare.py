@@ -19,7 +19,7 @@ import data
 from data import datasets
 from data import sources
 
-_NAME = flags.DEFINE_list('name', None, f'Datasets (comma-separated) among {data.DATASET_NAMES}.',
+_NAME = flags.DEFINE_list('name', None, f'Datasets (comma-separated) among {tuple(data.DATASETS)}.',
                           required=True)
 _DATA_DIR = flags.DEFINE_string('data_dir', None, 'TFDS data_dir (default: TFDS default).')
 
@@ -53,7 +53,7 @@ def main(argv: list[str]) -> None:
   for name in _NAME.value:
     entry = data.DATASETS.get(name)
     if entry is None:
-      raise app.UsageError(f'Unknown dataset {name!r}; valid: {data.DATASET_NAMES}')
+      raise app.UsageError(f'Unknown dataset {name!r}; valid: {tuple(data.DATASETS)}')
     if entry.kind == 'embedded':
       prepare_embedded(name, _DATA_DIR.value)
     elif entry.kind == 'tfds':

@@ -26,7 +26,6 @@ import models
 import settings
 from settings import lists
 import storage
-from experiments import chomsky_report
 from experiments import report as report_lib
 from training import trainer
 from training import validation
@@ -35,6 +34,42 @@ from training.experiment import Experiment
 from training.metrics import console, set_console_prefix
 
 R, T = settings.Role.RESULTS, settings.Role.RUNTIME
+# Report sections that projects add (register_section): (config, cells, runs, workdir) -> the
+# section's lines ([] where the grid has none of the project's runs), after the datasets'.
+SECTIONS: list[Callable[..., list[str]]] = []
+
+
+def register_section(section: Callable[..., list[str]]) -> None:
+  if section not in SECTIONS:
+    SECTIONS.append(section)
+
+
+@dataclasses.dataclass(frozen=True)
+class Grid:
+  """How ablate.py runs one kind of grid config: ``cells(config, workdir, only)`` checks it and
+  picks the cells, before anything heavy; ``run(config, workdir, cells, command=, fresh=)``
+  trains the unfinished ones and returns the report; ``report(config, workdir, cells,
+  command=)`` rebuilds the report alone (None: --report_only does not apply, the grid runs)."""
+
+  cells: Callable[[ml_collections.ConfigDict, str, str], Any]
+  run: Callable[..., str]
+  report: Callable[..., str] | None
+
+
+# Grid kinds that projects add (register_grid), by the config group that marks their configs.
+GRIDS: dict[str, Grid] = {}
+
+
+def register_grid(groups: Sequence[str], kind: Grid) -> None:
+  for group in groups:
+    GRIDS[group] = kind
+
+
+def grid_kind(config: ml_collections.ConfigDict) -> Grid:
+  """The grid kind of an ablation config: a project's, by its group, or this module's."""
+  marked = [kind for group, kind in GRIDS.items() if group in config]
+  return marked[0] if marked else Grid(lambda c, workdir, only: select(check_grid(c), only),
+                                       run_grid, build_report)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -84,7 +119,7 @@ class AblationConfig:
       raise ValueError(f'ablation.random_positions has {negative}: each value is 0 (plain '
                        'positions) or N > 0 (randomized positions drawn from 0 .. N - 1), e.g. '
                        '--config.ablation.random_positions=0,2048.')
-    for field, valid in (('datasets', data.DATASET_NAMES), ('positions', tuple(models.SCHEMES)),
+    for field, valid in (('datasets', tuple(data.DATASETS)), ('positions', tuple(models.SCHEMES)),
                          ('attentions', models.ATTENTION_KINDS)):
       names = getattr(self, field)
       if not names:
@@ -195,7 +230,7 @@ def cell_config(config: ml_collections.ConfigDict, cell: Cell,
                 extra: Mapping[str, Any] | None = None) -> RunConfig:
   """The run config of one cell: the base config with only the studied fields changed, and the
   grid's seeds and learning rates; then the dotted ``extra`` changes (a two-stage grid's
-  pre-trained model, experiments/two_stage.py)."""
+  pre-trained model, projects/two_stage/grid.py)."""
   a = grid(config)
   changes = {'data.name': cell.dataset, 'model.position': cell.position,
              'model.attention': cell.attention, 'train.num_seeds': a.num_seeds,
@@ -378,15 +413,5 @@ def build_report(config: ml_collections.ConfigDict, workdir: str, cells: list[Ce
   return report_lib.write_report(workdir, runs, command=command,
                                  config_json=config.to_json_best_effort(indent=1),
                                  reference=a.reference, extra=extra,
-                                 chomsky_budget=_chomsky_budget(config, cells))
-
-
-def _chomsky_budget(config: ml_collections.ConfigDict, cells: list[Cell]
-                    ) -> dict[str, str] | None:
-  """The budget the report sets beside the papers', if the grid has Chomsky tasks."""
-  suite = [c for c in cells if chomsky_report.task_of(c.dataset)]
-  if not suite:
-    return None
-  return chomsky_report.budget(cell_config(config, suite[0]), len(suite),
-                               len({c.dataset for c in suite}),
-                               grid(config).random_positions or [config.data.random_positions])
+                                 sections=[line for section in SECTIONS
+                                           for line in section(config, cells, runs, workdir)])

@@ -24,7 +24,6 @@ import numpy as np
 import optax
 
 import storage
-from experiments import chomsky_report
 from experiments import plots
 from experiments import stats
 from training import metrics as metrics_lib
@@ -425,10 +424,9 @@ def _language_model_section(out_dir: str, dataset: str, runs: Sequence[Run],
 
 def write_report(out_dir: str, runs: Sequence[Run], *, command: str, config_json: str,
                  reference: str = 'rotary', extra: str = '',
-                 chomsky_budget: dict[str, str] | None = None) -> str:
-  """Writes report.md, results.csv, results.json and the plots into out_dir (with Chomsky
-  runs, also their comparison with the published tables, ``chomsky_report``, and
-  chomsky_comparison.csv); returns the md."""
+                 sections: Sequence[str] = ()) -> str:
+  """Writes report.md, results.csv, results.json and the plots into out_dir, with the lines of
+  the ``sections`` projects add (``ablation.SECTIONS``) after the datasets'; returns the md."""
   storage.makedirs(out_dir)
   parts = ['# Position-scheme ablation', '', f'Command: `{command}`', '',
            f'Machine: {environment()}', '', *([extra, ''] if extra else []), TEST_TEXT, '',
@@ -444,10 +442,7 @@ def write_report(out_dir: str, runs: Sequence[Run], *, command: str, config_json
     section = (_language_model_section if any(r.language_model for r in group)
                else _dataset_section)
     parts += section(out_dir, title, group, reference)
-  if chomsky_budget is not None:
-    parts += chomsky_report.section(runs, chomsky_budget)
-    _write_csv(os.path.join(out_dir, 'chomsky_comparison.csv'),
-               chomsky_report.comparison_rows(runs))
+  parts += sections
   plots.plot_decay(os.path.join(out_dir, 'rope_decay.png'))
   parts += ['RoPE long-term decay (paper Figure 2) and scaling variants:', '',
             '![decay](rope_decay.png)', '', '## Config', '', '```json', config_json, '```', '']
@@ -455,11 +450,11 @@ def write_report(out_dir: str, runs: Sequence[Run], *, command: str, config_json
   storage.write_atomically(os.path.join(out_dir, 'report.md'), md)
   rows = results_rows(runs)
   storage.write_json(os.path.join(out_dir, 'results.json'), rows)
-  _write_csv(os.path.join(out_dir, 'results.csv'), rows, CSV_FIELDS)
+  write_csv(os.path.join(out_dir, 'results.csv'), rows, CSV_FIELDS)
   return md
 
 
-def _write_csv(path: str, rows: Sequence[dict[str, Any]],
+def write_csv(path: str, rows: Sequence[dict[str, Any]],
                fields: Sequence[str] | None = None) -> None:
   """``rows`` as CSV, with ``fields`` (default: the first row's keys) as columns."""
   buf = io.StringIO()

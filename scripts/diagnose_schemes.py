@@ -40,7 +40,7 @@ from models import positions  # pylint: disable=g-import-not-at-top
 from configs.ablation import probes  # pylint: disable=g-import-not-at-top
 from experiments import ablation  # pylint: disable=g-import-not-at-top
 from training import optim  # pylint: disable=g-import-not-at-top
-from training import steps as steps_lib  # pylint: disable=g-import-not-at-top
+from training import tasks  # pylint: disable=g-import-not-at-top
 from training import trainer  # pylint: disable=g-import-not-at-top
 from training.experiment import Experiment  # pylint: disable=g-import-not-at-top
 
@@ -219,8 +219,8 @@ def make_grad_norms(exp: Experiment):
 
   def norms(params, batch):
     def loss_fn(p):
-      logits, label, weight, scored = steps_lib.forward(nnx.merge(graphdef, p), batch)
-      return steps_lib.loss_and_metrics(logits, label, weight, scored_B=scored)[0]
+      logits, label, weight, scored = exp.kind.forward(nnx.merge(graphdef, p), batch)
+      return tasks.loss_and_metrics(logits, label, weight, scored_B=scored)[0]
     grads = jax.grad(loss_fn)(params)
     mask = optim.position_mask(grads)
     pick = lambda keep: jax.tree.map(lambda g, m: g if m == keep else jnp.zeros_like(g),
@@ -233,7 +233,7 @@ def make_predictions(exp: Experiment):
   """jitted (params [N, ...], batch) -> each member's predicted classes [N, B]."""
   graphdef = models.init(exp.model_config, jax.random.PRNGKey(0))[0]
   predict = lambda params, batch: jnp.argmax(
-      steps_lib.forward(nnx.merge(graphdef, params), batch)[0], -1)
+      exp.kind.forward(nnx.merge(graphdef, params), batch)[0], -1)
   return jax.jit(jax.vmap(predict, in_axes=(0, None)))
 
 

@@ -5,10 +5,10 @@ import os
 
 import pytest
 
-from configs.ablation import extend as extend_config
+from projects.extend.configs import probes as extend_config
 from configs.ablation import probes
 from experiments import ablation
-from experiments import extend
+from projects.extend import grid as extend
 from experiments import report
 from training import trainer
 from training.experiment import Experiment

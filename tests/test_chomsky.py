@@ -1,4 +1,4 @@
-"""The Chomsky-hierarchy tasks (data/chomsky.py): each sampler on hand-computed examples and
+"""The Chomsky-hierarchy tasks (projects/chomsky/tasks.py): each sampler on hand-computed examples and
 against plain-Python solutions, the training lengths, determinism in (seed, step), the
 query-token batches, loss and accuracy on output positions only, and runs through the trainer."""
 
@@ -16,11 +16,11 @@ from flax import nnx
 import data
 import models
 from data import batches
-from data import chomsky
+from projects.chomsky import tasks as chomsky
 from data import datasets
 from data.config import DataConfig
 from training import evaluation
-from training import steps
+from training import tasks
 from training import trainer
 from training.config import run_config as typed
 
@@ -56,7 +56,7 @@ def _sample(name, n, *draws):
 
 
 # (task, n, the draws, the input, the output), each worked out by hand from the task's definition
-# (docs/chomsky.md); several are the authors' docstring examples.
+# (projects/chomsky/README.md); several are the authors' docstring examples.
 HAND = [
     ('even_pairs', 6, [[0, 0, 1, 1, 1, 0]], [0, 0, 1, 1, 1, 0], [0]),  # 01, 10: even
     ('even_pairs', 7, [[0, 1, 0, 1, 0, 0, 1]], [0, 1, 0, 1, 0, 0, 1], [1]),  # 5 unequal pairs
@@ -121,7 +121,7 @@ def test_hand_computed_examples(case):
 
 
 def test_every_task_has_hand_examples_and_the_papers_sizes():
-  assert {c[0] for c in HAND} == set(data.CHOMSKY_TASKS) == set(chomsky.TASKS)
+  assert {c[0] for c in HAND} == set(tuple(chomsky.TASKS)) == set(chomsky.TASKS)
   sizes = {name: (t.level, t.input_size, t.output_size, t.output_length(10), t.terminated)
            for name, t in chomsky.TASKS.items()}
   assert sizes == {
@@ -221,7 +221,7 @@ def _solve(name, x):
   return sorted(x)
 
 
-@pytest.mark.parametrize('name', data.CHOMSKY_TASKS)
+@pytest.mark.parametrize('name', tuple(chomsky.TASKS))
 def test_samplers_agree_with_plain_solutions(name):
   task, rng = chomsky.TASKS[name], np.random.default_rng(0)
   for n in (1, 2, 3, 4, 5, 8, 13, 40, 61):
@@ -263,8 +263,9 @@ class _Table:
 
 
 def _scores(batch, logits_BxLxC):
-  logits, label, weight, scored = steps.forward(_Table(logits_BxLxC), batch)
-  loss, sums = steps.loss_and_metrics(logits, label, weight, scored_B=scored)
+  kind = tasks.KINDS['queries']
+  logits, label, weight, scored = kind.forward(_Table(logits_BxLxC), batch)
+  loss, sums = kind.loss(logits, label, weight, scored_B=scored)
   return float(loss), float(sums['correct_sum'] / sums['scored'])
 
 

@@ -1,4 +1,4 @@
-"""The Chomsky suite as an ablation (configs/ablation/chomsky.py): the {plain, randomized} grid
+"""The Chomsky suite as an ablation (projects/chomsky/configs/ablation.py): the {plain, randomized} grid
 axis, its cell names and staleness, and the report beside the published tables."""
 
 import json
@@ -9,11 +9,11 @@ import sys
 import pytest
 
 import settings
-from configs.ablation import chomsky as chomsky_config
+from projects.chomsky.configs import ablation as chomsky_config
 from configs.ablation import probes
-from data import chomsky
+from projects.chomsky import tasks as chomsky
 from experiments import ablation
-from experiments import chomsky_report
+from projects.chomsky import report as chomsky_report
 from experiments import report
 from training import validation
 
@@ -200,7 +200,7 @@ def _ablate(workdir, *args):
       'model.t5_max_distance': 64, 'train.num_steps': 4, 'train.eval_every': 4,
       'train.checkpoint_every': 4, 'train.log_every': 2, 'train.eval_batch_size': 12,
       'train.compilation_cache_dir': ''}
-  command = [sys.executable, 'ablate.py', '--config=configs/ablation/chomsky.py',
+  command = [sys.executable, 'ablate.py', '--config=projects/chomsky/configs/ablation.py',
              f'--workdir={workdir}', *args] + [f'--config.{k}={v}' for k, v in overrides.items()]
   return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
 

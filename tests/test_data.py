@@ -20,8 +20,8 @@ import tensorflow_datasets as tfds
 import data
 import settings
 from configs import default
-from configs.lra import listops as lra_listops
-from configs.lra import retrieval as lra_retrieval
+from projects.lra.configs import listops as lra_listops
+from projects.lra.configs import retrieval as lra_retrieval
 from data import batches as batches_lib
 from data import builders
 from data import datasets
@@ -677,7 +677,7 @@ def test_man_page_pairs_are_balanced_real_pairs():
 
 def test_lra_listops_release_files_read_with_its_config(tmp_path):
   """Files in the LRA release's ListOps format (header, Source<TAB>Target) load with
-  configs/lra/listops.py's columns: ten classes by value, the expression as the text."""
+  projects/lra/configs/listops.py's columns: ten classes by value, the expression as the text."""
   rows = [('( ( [MAX 2 9 ) 0 ] )', 9), ('( [SM 3 4 ] )', 7)] + [
       (f'( [MIN {d} {d} ] )', d) for d in range(10)]
   paths = {}
@@ -695,7 +695,7 @@ def test_lra_listops_release_files_read_with_its_config(tmp_path):
 
 def test_lra_retrieval_release_files_read_with_its_config(tmp_path):
   """Headerless files in the LRA release's Retrieval format (label, id1, id2, text1, text2) load
-  with configs/lra/retrieval.py: pairs, each text in its own row of [b, 2, L] (two towers)."""
+  with projects/lra/configs/retrieval.py: pairs, each text in its own row of [b, 2, L] (two towers)."""
   rows = [(i % 2, f'paper {i} cites', f'paper {i + 100} is cited') for i in range(12)]
   paths = {split: _write(tmp_path / f'new_aan_pairs.{split}.tsv', ''.join(
       f'{label}\tid{i}\tid{i + 1}\t{a}\t{b}\n' for i, (label, a, b) in enumerate(rows)))

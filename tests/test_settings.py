@@ -9,7 +9,7 @@ import pytest
 import settings
 from configs import default
 from experiments import ablation
-from experiments import extend
+from projects.extend import grid as extend
 from training import config as config_lib
 from training import evaluation
 
@@ -75,14 +75,14 @@ def test_the_roles_give_the_lists_they_replaced():
       'data.prefetch', 'mesh.data', 'mesh.fsdp', 'mesh.tensor', 'mesh.dcn_data', 'mesh.dcn_fsdp',
       'mesh.dcn_tensor', 'mesh.rules', 'model.attention_impl', 'model.attention_chunk_size',
       'train.init_from', 'train.init_head', 'model.remat', 'train.profile_steps',
-      'train.wandb_project'}
+      'train.wandb_project', 'train.projects'}
   assert every - set(config_lib.RESULT_FIELDS) == {
       'train.log_every', 'train.checkpoint_every', 'train.keep_checkpoints',
       'train.eval_batch_size', 'train.compilation_cache_dir', 'data.data_dir', 'data.prefetch',
       'mesh.data', 'mesh.fsdp', 'mesh.tensor', 'mesh.dcn_data', 'mesh.dcn_fsdp',
       'mesh.dcn_tensor', 'mesh.rules', 'model.remat', 'model.attention_impl',
       'model.attention_chunk_size', 'train.profile_steps', 'train.wandb_project',
-      'train.members'}
+      'train.members', 'train.projects'}
 
 
 @pytest.mark.parametrize('field', ['rope.layout', 'rope.rotary_dim', 'rope.rotary_value',

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from data import datasets
-from training import checkpoints, evaluation, metrics, steps, trainer, validation
+from training import checkpoints, evaluation, metrics, steps, tasks, trainer, validation
 from training.experiment import Experiment
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -182,7 +182,7 @@ def test_correlations_and_f1_on_known_inputs():
       'pearson'][0])  # constant predictions: undefined, not 0
   logits = jnp.array([[0.0, 1.0], [0.0, 1.0], [1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
   label, weight = jnp.array([1, 0, 1, 0, 1]), jnp.array([1.0, 1, 1, 1, 0])
-  sums = steps.loss_and_metrics(logits, label, weight)[1]  # tp 1, fp 1, fn 1 (the padded row ignored)
+  sums = tasks.loss_and_metrics(logits, label, weight)[1]  # tp 1, fp 1, fn 1 (the padded row ignored)
   assert [float(sums[f'{k}_sum']) for k in ('true_positive', 'false_positive',
                                             'false_negative')] == [1.0, 1.0, 1.0]
 

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from configs import tiny
-from configs.ablation import two_stage as two_stage_config
+from projects.two_stage.configs import manpages as two_stage_config
 from experiments import ablation
 from experiments import report
-from experiments import two_stage
+from projects.two_stage import grid as two_stage
 import settings
 from training import carry
 from training import init_from
@@ -39,7 +39,7 @@ def labelled_csv(tmp_path_factory) -> str:
 
 
 def tiny_two_stage(csv: str, positions: str = 'none'):
-  """configs/ablation/two_stage.py shrunk: 2 seeds, 2 steps a stage, a 16-wide model, the CSV
+  """projects/two_stage/configs/manpages.py shrunk: 2 seeds, 2 steps a stage, a 16-wide model, the CSV
   as the fine-tuning set and (data.name=files without files) as the pre-training corpus, with a
   WordPiece vocabulary of 120 trained on it."""
   c = two_stage_config.get_config()

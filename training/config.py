@@ -11,6 +11,7 @@ and its fine-tune, or at evaluation, is derived here from the roles.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
 from typing import Any, Mapping
 
@@ -123,6 +124,10 @@ class TrainConfig:
   # Also log to this Weights & Biases project ('' = off; needs `pip install wandb`; set
   # WANDB_MODE=offline to keep the run in workdir/wandb for `wandb sync`).
   wandb_project: str = settings.setting('', T)
+  # Projects (projects/<name>/) whose datasets, task kinds and report sections this run uses:
+  # imported before the config is checked, so a saved run's config finds them again. A
+  # project's config files set it.
+  projects: tuple[str, ...] = settings.setting((), T, items=str, example='chomsky')
 
   def __post_init__(self):
     if ((self.batch_size > 0) == (self.per_device_batch_size > 0)
@@ -241,6 +246,7 @@ def run_config(config: RunConfig | Mapping[str, Any], *, strict: bool = True) ->
   """The checked ``RunConfig`` of a ConfigDict or a saved config.json's dict (``settings.build``;
   other groups, such as ``ablation``, are the caller's). A ``RunConfig`` is returned as is."""
   if isinstance(config, RunConfig):
+    import_projects(config.train.projects)  # e.g. in an ablation's worker process
     return config
   if not isinstance(config, (ml_collections.ConfigDict, dict)):
     raise ValueError(f'The config is a {type(config).__name__}, not an ml_collections.ConfigDict: '
@@ -249,5 +255,20 @@ def run_config(config: RunConfig | Mapping[str, Any], *, strict: bool = True) ->
   if missing:
     raise ValueError(f'The config has no {", ".join(missing)} group(s): start from '
                      'configs/default.get_config() and change what differs.')
+  import_projects(settings.build_group(TrainConfig, config['train'], 'train',
+                                       strict=False).projects)
   return settings.build(RunConfig, config, strict=strict)
+
+
+def import_projects(names: tuple[str, ...]) -> None:
+  """Imports projects/<name>/ for each name: a project registers its datasets, task kinds and
+  report sections when imported (big_vision's ``pp_modules``), so the core names none."""
+  for name in names:
+    try:
+      importlib.import_module(f'projects.{name}')
+    except ModuleNotFoundError as e:
+      if e.name != f'projects.{name}':
+        raise
+      raise ValueError(f'train.projects names {name!r}, but projects/{name}/ does not exist '
+                       f'({e}).') from e
 

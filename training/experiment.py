@@ -20,8 +20,8 @@ from data import datasets
 from data import sources
 from training import optim
 from training import partitioning
-from training import metrics
 from training import steps as steps_lib
+from training import tasks
 from training import validation
 from training.config import RunConfig, run_config
 
@@ -52,6 +52,7 @@ class Experiment:
     self.dataset = datasets.load(config.data, workdir, pair_layout=(
         'dual' if config.model.dual_encoder else 'joint'), task=config.train.task)
     self.info = self.dataset.info
+    self.kind = tasks.of(config)
     self.random_positions = (batches.RandomPositions(config.data.random_positions,
                                                      config.data.seed)
                              if config.data.random_positions else None)
@@ -69,9 +70,9 @@ class Experiment:
                                                 jax.random.PRNGKey(0))
     train_graphdef, abstract_params = abstract_model(self.model_config)
     eval_graphdef = abstract_model(self.model_config.replace(deterministic=True))[0]
-    train_step, eval_step = steps_lib.make_step_fns(
-        train_graphdef, eval_graphdef, self.tx, schedule, config.optim.grad_accum_steps,
-        config.train.skip_nonfinite, regression=config.data.regression)
+    self.static = steps_lib.Static(
+        train_graphdef, eval_graphdef, self.tx, schedule, self.kind,
+        config.optim.grad_accum_steps, config.train.skip_nonfinite, config.data.regression)
     rules = self.placement.rules
     self.abstract_state = jax.eval_shape(self._init, *self._member_inputs())
     self.state_sharding = partitioning.state_shardings(
@@ -79,9 +80,8 @@ class Experiment:
     self.batch_sharding = partitioning.batch_sharding(mesh)
     self.member_mode = self._member_mode(config.train.members, mesh)
     self.train_step, self.eval_step = steps_lib.jit_steps(
-        train_step, eval_step, self.state_sharding, self.batch_sharding,
-        partitioning.replicated(mesh), rules,
-        loop=self.member_mode == 'loop')
+        self.static, self.state_sharding, self.batch_sharding, partitioning.replicated(mesh),
+        rules, loop=self.member_mode == 'loop')
 
   @staticmethod
   def _member_mode(mode: str, mesh: jax.sharding.Mesh) -> str:
@@ -209,8 +209,8 @@ class Experiment:
   def final_splits(self) -> list[tuple[str, int]]:
     """The (split, length) pairs evaluated at the end of training: all but validation, to
     ``train.eval_max_length``, at ``train.test_lengths`` if given (and the training length)."""
-    if self.chomsky:  # its test lengths are training/chomsky_suite.py's
-      return [('test', self.info.train_length)]
+    if self.kind.final_splits:  # e.g. a task kind that scores its own test lengths
+      return self.kind.final_splits(self)
     t, splits = self.config.train, self.info.eval_splits
     if unknown := sorted(set(t.test_lengths) - set(splits.values())):
       raise ValueError(f'train.test_lengths names {unknown}, lengths {self.info.name} has no test '
@@ -218,11 +218,6 @@ class Experiment:
     limit = t.eval_max_length or max(splits.values())
     return [(k, v) for k, v in splits.items() if k != 'validation' and v <= limit
             and (k == 'test' or not t.test_lengths or v in t.test_lengths)]
-
-  @property
-  def chomsky(self) -> bool:
-    """A Chomsky-hierarchy task (data.name=chomsky/<task>), scored at its test lengths."""
-    return isinstance(self.dataset, datasets.ChomskyDataset)
 
   def _check_random_positions(self) -> None:
     """``data.random_positions`` = N draws positions from 0 .. N - 1 without repetition: refuse
@@ -232,8 +227,7 @@ class Experiment:
       return
     lengths += [v for split, v in self.info.eval_splits.items() if split == 'validation']
     lengths += [v for _, v in self.final_splits()]
-    if self.chomsky:  # inputs and their query tokens, at every length it is scored at
-      lengths = [self.dataset.tokens(n) for n in (*lengths, *self.config.data.chomsky_tests)]
+    lengths = self.kind.tokens(self, lengths)  # e.g. a kind's query tokens and test lengths
     if max(lengths) > n:
       raise ValueError(f'data.random_positions={n} draws positions from 0 .. {n - 1}, but '
                        f'{self.info.name} is trained or evaluated at up to {max(lengths)} tokens '
@@ -270,10 +264,8 @@ class Experiment:
     return size
 
   def evaluate(self, params, local_batches: Iterable[batches.Batch]) -> dict[str, np.ndarray]:
-    """Per-seed metrics over every example of ``batches`` (sums reduced on host): loss, count,
-    and accuracy (+ F1 of class 1 for two classes), or for regression Pearson's and Spearman's
-    correlation, or for a language model token accuracy and perplexity (per predicted token);
-    ``score`` is the one that ranks checkpoints (accuracy, Pearson's r, or minus the loss)."""
+    """Per-seed metrics over every example of ``batches`` (sums reduced on host), as the task
+    kind computes them (``tasks.TaskKind.metrics``); ``score`` ranks checkpoints."""
     totals, examples = None, []
     for local in local_batches:
       sums = jax.device_get(self.eval_step(params, self.global_batch(local)))
@@ -282,24 +274,7 @@ class Experiment:
       totals = sums if totals is None else jax.tree.map(np.add, totals, sums)
     if totals is None:
       raise ValueError('The evaluation split is empty.')
-    count = np.maximum(totals['count'], 1.0)
-    results = {'loss': totals['loss_sum'] / count, 'count': totals['count']}
-    if examples:
-      results.update(metrics.correlations(
-          *(np.concatenate([e[k] for e in examples], axis=1)
-            for k in ('prediction', 'target', 'weight'))))
-      results['score'] = results['pearson']
-      return results
-    results['accuracy'] = results['score'] = totals['correct_sum'] / np.maximum(
-        totals['scored'], 1.0)
-    if self.model_config.language_model:
-      results['perplexity'] = np.exp(results['loss'])
-      results['score'] = -results['loss']
-    elif 'true_positive_sum' in totals:
-      tp, fp, fn = (totals[f'{k}_sum'] for k in ('true_positive', 'false_positive',
-                                                 'false_negative'))
-      results['f1'] = 2 * tp / np.maximum(2 * tp + fp + fn, 1.0)
-    return results
+    return self.kind.metrics(totals, examples)
 
   def evaluate_lengths(self, params, splits: Iterable[tuple[str, int]]
                        ) -> dict[str, dict[str, Any]]:

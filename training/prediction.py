@@ -30,6 +30,7 @@ from data import pipeline
 import storage
 from training import checkpoints
 from training import evaluation
+from training import tasks
 from training import trainer
 from training import validation
 
@@ -90,16 +91,8 @@ def predict(workdir: str, input_path: str, *, checkpoint: str = 'best',
   value)."""
   workdir = validation.check_workdir(workdir)
   config, info, cfg = describe(workdir)
-  if cfg.language_model:
-    raise ValueError(f'{workdir} holds a language model (train.task={cfg.task}); predict.py '
-                     'runs classifiers. Fine-tune it first: train.py with '
-                     f'--config.train.init_from={workdir}.')
-  if config.data.name.startswith('chomsky/'):
-    raise ValueError(f'{workdir} was trained on the generated task {config.data.name}, whose '
-                     'inputs are token ids, not texts: predict.py classifies texts. Its '
-                     'per-length accuracy is in the workdir (chomsky_lengths.json); eval.py '
-                     '--eval_lengths=N evaluates it at test length N (with '
-                     '--override=data.chomsky_test_lengths=N if N was not one).')
+  if why := tasks.of(config).unpredictable:  # e.g. a language model
+    raise ValueError(why.format(workdir=workdir, config=config))
   texts = files.read_inputs(input_path, files.Columns.of(config.data))
   tokenizer = datasets.load_tokenizer(config.data, workdir)
   cfg = cfg.replace(deterministic=True)

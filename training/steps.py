@@ -7,6 +7,7 @@ init, dropout keys and rate; shared batches), vmapped together or one after anot
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any, Callable
 
@@ -18,6 +19,7 @@ from flax import nnx
 
 from data import batches
 from training import optim
+from training import tasks
 
 Params = Any
 
@@ -40,94 +42,63 @@ class TrainState(flax.struct.PyTreeNode):
   skipped: jax.Array
 
 
-def loss_and_metrics(logits_BxC: jax.Array, label_B: jax.Array, weight_B: jax.Array,
-                     regression: bool = False, scored_B: jax.Array | None = None
-                     ) -> tuple[jax.Array, dict]:
-  """Weighted mean loss (cross-entropy, or squared error of the one output with
-  ``regression``) and metric sums, reduced on the host; binary tasks add the sums of F1
-  (class 1 positive). The accuracy and F1 count the rows ``scored_B`` weighs (default: as the
-  loss; a Chomsky task's outputs after a termination token are trained on but not scored)."""
-  weight_B = weight_B.astype(jnp.float32)
-  scored_B = weight_B if scored_B is None else scored_B.astype(jnp.float32)
-  logits_BxC = logits_BxC.astype(jnp.float32)
-  sums = {}
-  if regression:
-    losses_B = jnp.square(logits_BxC[:, 0] - label_B.astype(jnp.float32))
-    correct_B = jnp.zeros_like(losses_B)
-  else:
-    losses_B = optax.softmax_cross_entropy_with_integer_labels(logits_BxC, label_B)
-    predicted_B = jnp.argmax(logits_BxC, -1)
-    correct_B = (predicted_B == label_B).astype(jnp.float32)
-    if logits_BxC.shape[-1] == 2:
-      positive, truly = predicted_B == 1, label_B == 1
-      sums = {name: (cases.astype(jnp.float32) * scored_B).sum() for name, cases in (
-          ('true_positive_sum', positive & truly), ('false_positive_sum', positive & ~truly),
-          ('false_negative_sum', ~positive & truly))}
-  denom = jnp.maximum(weight_B.sum(), 1.0)
-  sums.update(loss_sum=(losses_B * weight_B).sum(), correct_sum=(correct_B * scored_B).sum(),
-              count=weight_B.sum(), scored=scored_B.sum())
-  return (losses_B * weight_B).sum() / denom, sums
+@dataclasses.dataclass(frozen=True)
+class Static:
+  """What a run's steps close over: the model's graph for training and for evaluation (no
+  dropout), the optimizer and its schedule's shape, the task kind (``training/tasks.py``), and
+  ``regression`` (the eval step then also returns each example's prediction, target and weight,
+  for the correlations computed on the host)."""
+
+  train_graphdef: nnx.GraphDef
+  eval_graphdef: nnx.GraphDef
+  tx: optax.GradientTransformation
+  schedule_shape: optax.Schedule
+  kind: tasks.TaskKind
+  grad_accum_steps: int = 1
+  skip_nonfinite: bool = False
+  regression: bool = False
 
 
-def forward(model, batch: batches.Batch, rngs: nnx.Rngs | None = None
-            ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array | None]:
-  """The model's logits on a batch and the labels, weights and scored rows ``loss_and_metrics``
-  scores them against: a classifier's [B, C], label and weight; a language model's [B M, V] or
-  a query-token batch's [B M, C] and its targets with their weights (flattened alike)."""
-  if isinstance(batch, batches.Classification):
-    return (model(batch.inputs, batch.positions, batch.mask, batch.token_types, rngs=rngs),
-            batch.label, batch.weight, None)
-  queries = isinstance(batch, batches.Queries)
-  logits_BxMxV = model(batch.inputs, batch.positions, batch.mask, rngs=rngs,
-                       segments_BxL=None if queries else batch.segments,
-                       target_positions_BxM=batch.target_positions)
-  return (logits_BxMxV.reshape(-1, logits_BxMxV.shape[-1]), batch.targets.reshape(-1),
-          batch.target_weights.reshape(-1), batch.scored.reshape(-1) if queries else None)
+def train_step(state: TrainState, batch: batches.Batch, static: Static
+               ) -> tuple[TrainState, dict]:
+  """One member's update on one batch: loss, gradients, AdamW, the NaN/Inf guard."""
+  dropout_key = jax.random.fold_in(state.key, state.step)
+
+  def loss_fn(params):
+    model = nnx.merge(static.train_graphdef, params)
+    logits, label, weight, scored = static.kind.forward(model, batch,
+                                                        nnx.Rngs(dropout=dropout_key))
+    with jax.named_scope('loss'):
+      return static.kind.loss(logits, label, weight, static.regression, scored)
+
+  (loss, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+  with jax.named_scope('optimizer'):
+    grad_norm = optax.global_norm(grads)
+    updates, opt_state = static.tx.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+  # The updated parameters too: a finite gradient times a huge learning rate overflows.
+  finite = (jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+            & jnp.isfinite(optax.global_norm(params)))
+  skipped = state.skipped
+  if static.skip_nonfinite:
+    keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)
+    params, opt_state = keep(params, state.params), keep(opt_state, state.opt_state)
+    skipped = skipped + (~finite).astype(jnp.int32)
+  rate = (optim.peak_learning_rate(state.opt_state)
+          * static.schedule_shape(state.step // static.grad_accum_steps))
+  return (state.replace(step=state.step + 1, params=params, opt_state=opt_state, skipped=skipped),
+          dict(sums, grad_norm=grad_norm, finite=finite, learning_rate=rate, skipped=skipped))
 
 
-def make_step_fns(train_graphdef: nnx.GraphDef, eval_graphdef: nnx.GraphDef,
-                  tx: optax.GradientTransformation, schedule_shape: optax.Schedule,
-                  grad_accum_steps: int, skip_nonfinite: bool, regression: bool = False):
-  """The per-seed train and eval steps (pure; vmapped and jitted by the caller). With
-  ``regression`` the eval step also returns each example's prediction, target and weight (for
-  the correlations, computed on the host)."""
-
-  def train_step(state: TrainState, batch: batches.Batch) -> tuple[TrainState, dict]:
-    dropout_key = jax.random.fold_in(state.key, state.step)
-
-    def loss_fn(params):
-      model = nnx.merge(train_graphdef, params)
-      logits, label, weight, scored = forward(model, batch, nnx.Rngs(dropout=dropout_key))
-      with jax.named_scope('loss'):
-        return loss_and_metrics(logits, label, weight, regression, scored)
-
-    (loss, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
-    with jax.named_scope('optimizer'):
-      grad_norm = optax.global_norm(grads)
-      updates, opt_state = tx.update(grads, state.opt_state, state.params)
-      params = optax.apply_updates(state.params, updates)
-    # The updated parameters too: a finite gradient times a huge learning rate overflows.
-    finite = (jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-              & jnp.isfinite(optax.global_norm(params)))
-    skipped = state.skipped
-    if skip_nonfinite:
-      keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)
-      params, opt_state = keep(params, state.params), keep(opt_state, state.opt_state)
-      skipped = skipped + (~finite).astype(jnp.int32)
-    return (state.replace(step=state.step + 1, params=params, opt_state=opt_state, skipped=skipped),
-            dict(sums, grad_norm=grad_norm, finite=finite,
-                 learning_rate=optim.peak_learning_rate(state.opt_state)
-                 * schedule_shape(state.step // grad_accum_steps), skipped=skipped))
-
-  def eval_step(params: Params, batch: batches.Batch) -> dict:
-    logits, label, weight, scored = forward(nnx.merge(eval_graphdef, params), batch)
-    sums = loss_and_metrics(logits, label, weight, regression, scored)[1]
-    if regression:
-      sums.update(prediction=logits[:, 0].astype(jnp.float32),
-                  target=label.astype(jnp.float32), weight=weight)
-    return sums
-
-  return train_step, eval_step
+def eval_step(params: Params, batch: batches.Batch, static: Static) -> dict:
+  """One member's metric sums on one batch (``Static.regression``: and its predictions)."""
+  logits, label, weight, scored = static.kind.forward(nnx.merge(static.eval_graphdef, params),
+                                                      batch)
+  sums = static.kind.loss(logits, label, weight, static.regression, scored)[1]
+  if static.regression:
+    sums.update(prediction=logits[:, 0].astype(jnp.float32),
+                target=label.astype(jnp.float32), weight=weight)
+  return sums
 
 
 def over_members(step: Callable, batch_size: int | None) -> Callable:
@@ -139,18 +110,17 @@ def over_members(step: Callable, batch_size: int | None) -> Callable:
                                             batch_size=batch_size)
 
 
-def jit_steps(train_step: Callable, eval_step: Callable, state_sharding, batch_sharding,
-              replicated, rules, loop: bool):
+def jit_steps(static: Static, state_sharding, batch_sharding, replicated, rules, loop: bool):
   """Maps the steps over the member axis (``over_members``) and jits them once, state donated;
   they run under the mesh and the logical-axis ``rules``, so the model's activation annotations
   (``models.sharding.constrain``) become sharding constraints. With ``loop`` the members run one
   at a time: the train step as written for one member (faster on XLA's CPU backend than through
   a vmap of one: benchmarks/README.md, ``seeds_bench``), evaluation through a vmap of one (there
   the faster form); without ``loop`` every member runs at once, vmapped."""
-  train = jax.jit(over_members(train_step, None if loop else 0),
+  train = jax.jit(over_members(functools.partial(train_step, static=static), None if loop else 0),
                   in_shardings=(state_sharding, batch_sharding),
                   out_shardings=(state_sharding, replicated), donate_argnums=0)
-  evaluate = jax.jit(over_members(eval_step, 1 if loop else 0),
+  evaluate = jax.jit(over_members(functools.partial(eval_step, static=static), 1 if loop else 0),
                      in_shardings=(state_sharding.params, batch_sharding),
                      out_shardings=replicated)
   mesh = batch_sharding.mesh

@@ -20,7 +20,6 @@ from data import datasets
 import settings
 import storage
 from training import checkpoints
-from training import chomsky_suite
 from training import init_from
 from training import metrics as metrics_lib
 from training import preemption
@@ -269,13 +268,11 @@ def _summarize(run: _Run, state: Any, last_eval: dict | None) -> dict[str, Any]:
   chosen, params = exp.chosen_members(state.params, last_eval)
   began = time.perf_counter()
   results = exp.evaluate_lengths(params, exp.final_splits())  # the chosen members, in order
-  # The papers take the best test score over seeds and rates: every member is scored.
-  suite = exp.chomsky and {'chomsky': chomsky_suite.evaluate(exp, state.params, run.workdir)}
+  final = exp.kind.final(exp, state.params, run.workdir)  # every member (a kind may score all)
   run.seconds['test_eval'] = time.perf_counter() - began
   summary = {
       **{k: getattr(exp.model_config, k) for k in ('position', 'attention', 'task')},
-      **({'packing_efficiency': exp.dataset.packing_efficiency()}
-         if exp.model_config.language_model else {}),
+      **exp.kind.describe(exp),
       'dataset': run.config.data.name,
       'seeds': exp.seeds,
       'learning_rates': exp.learning_rates,
@@ -287,30 +284,28 @@ def _summarize(run: _Run, state: Any, last_eval: dict | None) -> dict[str, Any]:
       **{f'validation_{k}': v.tolist() for k, v in last_eval.items()
          if k not in ('count', 'score')},
       'eval': results,
-      **(suite or {}),
+      **final,
       'step_time_s': run.writer.step_time(),
       'seconds': run.seconds,
       'skipped_updates': np.asarray(jax.device_get(state.skipped)).tolist(),
   }
   if jax.process_index() == 0:
     storage.write_json(os.path.join(run.workdir, SUMMARY_FILE), summary)
-  console(closing_line(summary, os.path.join(run.workdir, SUMMARY_FILE)))
+  console(closing_line(summary, os.path.join(run.workdir, SUMMARY_FILE),
+                       exp.kind.closing(summary)))
   return summary
 
 
-def closing_line(summary: dict[str, Any], path: str) -> str:
-  """The run's last line: the test result of the final state, and where the rest is."""
+def closing_line(summary: dict[str, Any], path: str, extra: str = '') -> str:
+  """The run's last line: the test result of the final state (and the task kind's ``extra``),
+  and where the rest is."""
   test = summary['eval'].get('test', {})
   metric = next((m for m in ('perplexity', 'pearson', 'accuracy') if m in test), None)
   if metric is None:
     return f'Done at step {summary["num_steps"]}; results in {path}.'
   values = np.asarray(test[metric])
   spread = f' +- {values.std(ddof=1):.4f} over {values.size} seeds' if values.size > 1 else ''
-  suite = summary.get('chomsky')
-  score = suite and (f'; best score over the members (mean accuracy over the test lengths '
-                     f'{suite["lengths"]}) ' + ('n/a' if suite['best'] is None
-                                                 else f'{suite["best"]:.4f}'))
   return (f'Done: test {metric} {values.mean():.4f}{spread} at length {test["length"]}'
-          f'{score or ""}, of the final step {summary["num_steps"]} (eval.py and predict.py '
+          f'{extra}, of the final step {summary["num_steps"]} (eval.py and predict.py '
           'default to the best checkpoint by validation; --checkpoint=latest is this one). All '
           f'results: {path}.')

@@ -4,7 +4,7 @@ The LRA release (``lra_release.gz``) holds ``listops-1000/basic_{train,val,test}
 header, then ``Source<TAB>Target`` rows (a space-separated expression, its value 0-9). They are
 read as local files:
 
-  python train.py --config=configs/lra/listops.py --workdir=runs/lra_listops \
+  python train.py --config=projects/lra/configs/listops.py --workdir=runs/lra_listops \
       --config.data.train_files=/path/to/lra_release/listops-1000/basic_train.tsv \
       --config.data.validation_files=/path/to/lra_release/listops-1000/basic_val.tsv \
       --config.data.test_files=/path/to/lra_release/listops-1000/basic_test.tsv
@@ -18,12 +18,12 @@ its 2,000 tokens are about 4,000 bytes here), and the position scheme is ``model
 (rotary by default; LRA's Transformer used learned absolute embeddings).
 """
 
-from configs import default
-from configs import lra
+from projects.lra.configs import common as lra
+from training import config as run_config
 
 
 def get_config():
-  c = default.get_config()
+  c = run_config.defaults()
   c.data.name = 'files'
   c.data.text_column = 'Source'
   c.data.label_column = 'Target'

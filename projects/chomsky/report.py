@@ -3,8 +3,8 @@ score beside the published one (Ruoss et al. 2023, plain and randomized position
 al. 2023, the Transformer), our budget beside theirs, and where we do not reproduce them.
 
 Our score of a run is the papers': the mean accuracy over the test lengths of each member (seed x
-learning rate), the best member's (``summary.json``'s ``chomsky.best``, training/chomsky_suite.py).
-The published numbers are experiments/published/*.csv (their README gives the sources); an empty
+learning rate), the best member's (``summary.json``'s ``chomsky.best``, projects/chomsky/suite.py).
+The published numbers are projects/chomsky/published/*.csv (their README gives the sources); an empty
 one is a number not transcribed and is compared with nothing.
 """
 
@@ -16,10 +16,11 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-import data
-from data import chomsky
+from experiments import ablation
+from experiments import report as report_lib
 from experiments import stats
 import models
+from projects.chomsky import tasks as chomsky
 
 PUBLISHED_DIR = os.path.join(os.path.dirname(__file__), 'published')
 RUOSS = 'Ruoss et al. 2023, "Randomized Positional Encodings Boost Length Generalization of ' \
@@ -33,7 +34,7 @@ TOLERANCE = 5.0
 # The papers' protocol: the authors' model and optimizer (google-deepmind/
 # randomized_positional_encodings, experiments/example.py, models/transformer.py,
 # experiments/training.py); training, members and score as Delétang et al. state them (ICLR 2023,
-# Sec. 4 and App. A.4; docs/chomsky.md); N as Ruoss et al.'s code draws it.
+# Sec. 4 and App. A.4; projects/chomsky/README.md); N as Ruoss et al.'s code draws it.
 PAPER_BUDGET = {
     'tasks': '15', 'model': '5 layers, width 64, 8 heads, MLP 256, dropout 0.1',
     'training': ('1,000,000 steps of batch 128, lengths 1 .. 40 (Delétang et al.; the authors\' '
@@ -127,7 +128,7 @@ def comparison_rows(runs: Sequence[Any], published: dict[str, dict] | None = Non
   schemes = list(dict.fromkeys(r.position for r in runs if task_of(r.dataset)))
   tasks = {task_of(r.dataset) for r in runs} - {None}
   rows = []
-  for task in (t for t in data.CHOMSKY_TASKS if t in tasks):
+  for task in (t for t in chomsky.TASKS if t in tasks):
     for scheme in schemes:
       theirs = ({r: published['ruoss'].get((task, scheme, r)) for r in (False, True)}
                 if (task, scheme, False) in published['ruoss'] else None)
@@ -261,9 +262,24 @@ def section(runs: Sequence[Any], ours_budget: dict[str, str],
       'Score: the accuracy averaged over the test lengths, of the best member (seed x rate), in '
       '%, as the papers report it; in parentheses the mean over the members. Published: '
       f'{RUOSS}; {DELETANG}. "—": not run here, or not transcribed '
-      '(experiments/published/README.md). A row is **not reproduced** when a score differs '
+      '(projects/chomsky/published/README.md). A row is **not reproduced** when a score differs '
       f'from the published one by more than {TOLERANCE:g} points, or when randomized − plain '
       'changes sign (and one of the two gains exceeds that).', '',
       'Budget:', '', *budget_table(ours_budget), '',
       'Verdicts: ' + ', '.join(f'{k}: {v}' for k, v in sorted(tally.items())) + '.', '',
       *table, '', *gains_table(randomized_gains(runs)), *deletang, '', WHY_WE_DIFFER, '']
+
+
+def ablation_section(config: Any, cells: Sequence[Any], runs: Sequence[Any], out_dir: str
+                     ) -> list[str]:
+  """The section ``ablation.SECTIONS`` adds where the grid has Chomsky tasks, with
+  chomsky_comparison.csv; our budget is the first Chomsky cell's."""
+  suite = [c for c in cells if task_of(c.dataset)]
+  if not suite:
+    return []
+  ours = budget(ablation.cell_config(config, suite[0]), len(suite),
+                len({c.dataset for c in suite}),
+                ablation.grid(config).random_positions or [config.data.random_positions])
+  lines = section(runs, ours)
+  report_lib.write_csv(os.path.join(out_dir, 'chomsky_comparison.csv'), comparison_rows(runs))
+  return lines

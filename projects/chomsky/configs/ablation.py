@@ -1,11 +1,11 @@
 """The Chomsky-hierarchy suite (Delétang et al. 2023) with every position scheme, plain and
-randomized (Ruoss et al. 2023), reported beside the published tables (docs/chomsky.md).
+randomized (Ruoss et al. 2023), reported beside the published tables (projects/chomsky/README.md).
 
-  python ablate.py --config=configs/ablation/chomsky.py --workdir=runs/chomsky_reduced  # reduced
-  python ablate.py --config=configs/ablation/chomsky.py:w32 --workdir=runs/chomsky       # smaller
-  python ablate.py --config=configs/ablation/chomsky.py:paper --workdir=runs/chomsky_paper
+  python ablate.py --config=projects/chomsky/configs/ablation.py --workdir=runs/chomsky_reduced  # reduced
+  python ablate.py --config=projects/chomsky/configs/ablation.py:w32 --workdir=runs/chomsky       # smaller
+  python ablate.py --config=projects/chomsky/configs/ablation.py:paper --workdir=runs/chomsky_paper
 
-The default is a reduced budget for this 2-core CPU machine (docs/chomsky.md gives the
+The default is a reduced budget for this 2-core CPU machine (projects/chomsky/README.md gives the
 measurements): 6 tasks (2 per level), 7 schemes x {plain, randomized}, 3 seeds, a 2-layer model
 of width 64, 1,000 steps of batch 32, 2 examples at each of the papers' test lengths 41 .. 500.
 `:w32` (width 32, 500 steps, 4 examples per length) learns none of the tasks; its report
@@ -18,13 +18,13 @@ length. Ruoss et al.'s own step count could not be read here; the authors' examp
 10,000 steps at 1e-3 (override train.num_steps and ablation.learning_rates for that budget).
 """
 
-import data
-from configs import default
 from experiments import ablation
+from projects.chomsky import tasks  # the package registers the tasks (train.projects)
+from training import config as run_config
 
 ALL_SCHEMES = 'none,sinusoidal,learned,shaw,t5,alibi,rotary'
 # Two tasks per level: regular, deterministic context-free, context-sensitive; five of the six
-# have a published Transformer score (experiments/published/deletang2023.csv). duplicate_string
+# have a published Transformer score (projects/chomsky/published/deletang2023.csv). duplicate_string
 # (3n tokens with its queries) would cost 2.25x odds_first's 2n to evaluate.
 REDUCED_TASKS = ('parity_check', 'cycle_navigation', 'reverse_string', 'stack_manipulation',
                  'missing_duplicate_string', 'odds_first')
@@ -54,12 +54,12 @@ BUDGETS = {
         # lengths on CPU, where evaluation is the cost; below 512 tokens it is one block
         # (tests/test_models.py pins the two forms together).
         'model.attention_impl': 'chunked',
-        # Two cells at a time: one run leaves part of the 2 cores idle (docs/chomsky.md).
+        # Two cells at a time: one run leaves part of the 2 cores idle (projects/chomsky/README.md).
         'ablation.workers': 2},
     # The authors' model (experiments/example.py) with Delétang et al.'s training and
     # selection (ICLR 2023, App. A.4), on every task.
     'paper': {
-        'ablation.datasets': ','.join(f'chomsky/{t}' for t in data.CHOMSKY_TASKS),
+        'ablation.datasets': ','.join(f'chomsky/{t}' for t in tasks.TASKS),
         'ablation.learning_rates': '1e-4,3e-4,5e-4',  # App. A.4; the best member is reported.
         'ablation.num_seeds': 10,  # App. A.4: 10 initialisation seeds.
         'model.size': 'small', 'model.num_layers': 5, 'model.hidden_size': 64,
@@ -79,10 +79,11 @@ BUDGETS['w32'] = {**BUDGETS['reduced'], 'model.hidden_size': 32, 'model.mlp_dim'
 
 def get_config(budget: str = 'reduced'):
   if budget not in BUDGETS:
-    raise ValueError(f'configs/ablation/chomsky.py:{budget} is not a budget: use '
-                     'configs/ablation/chomsky.py (reduced) or configs/ablation/chomsky.py:NAME, '
+    raise ValueError(f'projects/chomsky/configs/ablation.py:{budget} is not a budget: use '
+                     'projects/chomsky/configs/ablation.py (reduced) or projects/chomsky/configs/ablation.py:NAME, '
                      f'NAME one of {", ".join(BUDGETS)}.')
-  c = default.get_config()
+  c = run_config.defaults()
+  c.train.projects = 'chomsky'
   c.ablation = a = ablation.group()
   a.positions = ALL_SCHEMES  # The field under study: model.position values.
   a.random_positions = f'0,{N}'  # Each scheme plain (0) and randomized (N).

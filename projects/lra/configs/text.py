@@ -3,7 +3,7 @@
 LRA reads IMDB through TFDS (``imdb_reviews``; prepare it where there is internet, see
 ``python -m data.prepare --name=imdb_reviews``, and copy the data_dir):
 
-  python train.py --config=configs/lra/text.py --workdir=runs/lra_text \
+  python train.py --config=projects/lra/configs/text.py --workdir=runs/lra_text \
       --config.data.data_dir=/path/to/tensorflow_datasets
 
 LRA's recipe (``lra_benchmarks/text_classification/configs/base_tc_config.py``): batch 32, 20,000
@@ -14,12 +14,12 @@ file says 1,000: ``--config.data.max_length=1000``). Published Transformer accur
 the test split during training).
 """
 
-from configs import default
-from configs import lra
+from projects.lra.configs import common as lra
+from training import config as run_config
 
 
 def get_config():
-  c = default.get_config()
+  c = run_config.defaults()
   c.data.name = 'imdb_reviews'
   lra.lra_encoder(c, num_layers=4, hidden_size=256, num_heads=4, mlp_dim=1024,
                   max_length=4000)

@@ -1,4 +1,4 @@
-"""The Chomsky tasks' length evaluation (``data.name=chomsky/<task>``, docs/chomsky.md): the
+"""The Chomsky tasks' length evaluation (``data.name=chomsky/<task>``, projects/chomsky/README.md): the
 accuracy at every test length, computed as the authors' ``range_evaluation`` does, and the score
 the papers report for a run, the mean of those accuracies over the test lengths.
 

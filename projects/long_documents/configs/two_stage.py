@@ -4,16 +4,16 @@ pages' texts at 512 bytes, then fine-tuned (and, as the control, trained from sc
 1024 and 2048 bytes; 8 seeds, so the exact sign-flip test can reach p < 0.05 after Holm's
 correction. ``learned`` has no positions beyond its pre-trained 512 and is not applicable there.
 
-  python ablate.py --config=configs/ablation/long_documents_two_stage.py \
+  python ablate.py --config=projects/long_documents/configs/two_stage.py \
       --workdir=runs/long_documents_two_stage
 
 The report adds "longer context against learned at 512": each pre-trained scheme at each longer
 length, paired with learned at 512 (``two_stage.length_baseline``). Byte-level, as the
-single-stage comparison (configs/ablation/long_documents.py).
+single-stage comparison (projects/long_documents/configs/ablation.py).
 """
 
-from configs.ablation import long_documents
-from configs.ablation import two_stage as two_stage_config
+from projects.long_documents.configs import ablation as long_documents
+from projects.two_stage.configs import manpages as two_stage_config
 
 PRETRAIN_LENGTH = 512
 

@@ -2,20 +2,23 @@
 tokens (the main job's rotary cell), then evaluated at 2x-16x under each RoPE scaling variant,
 set at evaluation time on the same weights.
 
-  python ablate.py --config=configs/ablation/extend.py --workdir=runs/extend
+  python ablate.py --config=projects/extend/configs/probes.py --workdir=runs/extend
 """
 
-from configs.ablation import probes
-from experiments import extend
+from projects.extend import grid as extend
+from training import config as run_config
 
 
 def get_config():
-  c = probes.get_config()
-  del c.ablation
-  # The main job's cell as it was when docs/extend was made: evaluated every 30 steps, every test
-  # length kept (the study picks its own), tables at 10x (rotary has none).
-  c.train.update(eval_every=30, log_every=30, test_lengths='')
-  c.optim.update(learning_rate=1e-3, position_lr_multiplier=10.0)
+  c = run_config.defaults()
+  # The main job's cell (configs/ablation/probes.py) as it was when docs/extend was made:
+  # evaluated every 30 steps, every test length kept (the study picks its own), tables at 10x
+  # (rotary has none).
+  c.model.update(size='tiny', hidden_size=32, num_heads=2, mlp_dim=64, init_std=0.1,
+                 dropout_rate=0.0, max_length=64)
+  c.train.update(num_steps=300, batch_size=32, checkpoint_every=300, eval_every=30,
+                 log_every=30, skip_nonfinite=True, eval_batch_size=250)
+  c.optim.update(learning_rate=1e-3, warmup_steps=30, position_lr_multiplier=10.0)
   c.model.position = 'rotary'
   c.data.name = 'position_probes/order'
   c.extend = e = extend.group()

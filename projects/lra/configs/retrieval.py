@@ -6,7 +6,7 @@ Does one ACL Anthology Network paper cite the other? The LRA release (``lra_rele
 its own by the shared encoder (``model.dual_encoder``: two towers, as LRA's dual encoder); the
 head reads [u, v, u*v, u-v] of the two CLS vectors:
 
-  python train.py --config=configs/lra/retrieval.py --workdir=runs/lra_retrieval \
+  python train.py --config=projects/lra/configs/retrieval.py --workdir=runs/lra_retrieval \
       --config.data.train_files=/path/to/lra_release/tsv_data/new_aan_pairs.train.tsv \
       --config.data.validation_files=/path/to/lra_release/tsv_data/new_aan_pairs.eval.tsv \
       --config.data.test_files=/path/to/lra_release/tsv_data/new_aan_pairs.test.tsv
@@ -20,12 +20,12 @@ plainly: LRA's head is two ReLU layers (512, 256) on the pair features, ours one
 LRA's Transformer used learned absolute embeddings); [CLS] is one of the 4,000 tokens here.
 """
 
-from configs import default
-from configs import lra
+from projects.lra.configs import common as lra
+from training import config as run_config
 
 
 def get_config():
-  c = default.get_config()
+  c = run_config.defaults()
   c.data.name = 'files'
   c.data.columns = 'label,id1,id2,text1,text2'  # the release files have no header
   c.data.text_column = 'text1'

@@ -3,7 +3,7 @@ attention? The embedded man pages (``data.name=manpages``: system call, library 
 other; median page 4,718 bytes), byte-level, trained and tested at each of
 ``ablation.max_lengths`` tokens (a page is cut at that length).
 
-  python ablate.py --config=configs/ablation/long_documents.py --workdir=runs/long_documents
+  python ablate.py --config=projects/long_documents/configs/ablation.py --workdir=runs/long_documents
 
 Softmax attention is computed in blocks (``model.attention_impl=chunked``: memory linear in the
 length, and faster than the written-out form on CPU beyond ~1k tokens, benchmarks/README.md).
@@ -12,12 +12,12 @@ run (README) adds 1024 and 4096 tokens with ``--config.ablation.max_lengths=512,
 softmax at 4096 for rotary only (``--only``); the paper's question needs more seeds.
 """
 
-from configs import default
 from experiments import ablation
+from training import config as run_config
 
 
 def get_config():
-  c = default.get_config()
+  c = run_config.defaults()
   c.ablation = a = ablation.group()
   a.positions = 'none,learned,alibi,rotary'  # model.position values.
   a.datasets = 'manpages'  # data.name values.

@@ -3,10 +3,10 @@ language modelling on the man pages' own texts (in-domain, a WordPiece vocabular
 them), fine-tune each pre-trained encoder to classify the pages (system call, library function,
 other), and train the same models from scratch as the control.
 
-  python ablate.py --config=configs/ablation/two_stage.py --workdir=runs/two_stage
+  python ablate.py --config=projects/two_stage/configs/manpages.py --workdir=runs/two_stage
 
 Runs: ``pretrain/manpages/<scheme>``, ``finetune/manpages/<scheme>``, ``scratch/manpages/<scheme>``
-(``experiments/two_stage.py``); seed i of a fine-tune starts from seed i of its pre-training.
+(``projects/two_stage/grid.py``); seed i of a fine-tune starts from seed i of its pre-training.
 The report: perplexity by length and steps to a loss threshold of the pre-training, accuracy
 pre-trained and from scratch side by side with their paired differences, paired differences with
 rotary (Holm-corrected), learning curves. ``--config.pretrain.train.task=clm`` pre-trains causal
@@ -19,16 +19,15 @@ pre-training reads the same files' texts (or ``--config.pretrain.data.train_file
 any .txt/.csv/.jsonl), and its vocabulary is trained on them (docs/pretraining.md).
 """
 
-from configs import default
-from configs import pretrain as pretrain_config
 from experiments import ablation
-from experiments import two_stage
+from projects.two_stage import grid as two_stage
+from training import config as run_config
 
 LENGTH = 256  # WordPiece tokens per row / per page, in both stages
 
 
 def get_config():
-  c = default.get_config()  # the fine-tuning
+  c = run_config.defaults()  # the fine-tuning
   c.ablation = a = ablation.group()
   a.positions = 'rotary,learned,alibi,t5,none'  # model.position values; none is required.
   a.datasets = 'manpages'  # Fine-tuning datasets (data.name values).
@@ -39,7 +38,12 @@ def get_config():
   a.reference = 'rotary'  # Scheme the others are compared with.
   c.two_stage = two_stage.group()
 
-  c.pretrain = p = pretrain_config.get_config()  # MLM, WordPiece trained on the corpus
+  # configs/pretrain.py's pre-training (MLM, WordPiece trained on the corpus), on the man pages.
+  c.pretrain = p = run_config.defaults()
+  p.train.task = 'mlm'
+  p.data.update(tokenizer='wordpiece', eval_tokens=32768)
+  p.model.size = 'tiny'
+  p.optim.weight_decay = 0.01
   p.data.name = 'manpages'  # In-domain: the fine-tuning set's texts (labels unused).
   p.data.sp_vocab_size = 8000  # WordPiece vocabulary, trained on the man pages' training split.
   p.data.max_length = LENGTH

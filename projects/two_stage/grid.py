@@ -1,6 +1,6 @@
 """The paper's regime as one grid: pre-train every scheme (MLM, or CLM), fine-tune each
 pre-trained encoder on the grid's classification datasets, and train the same models from
-scratch as the control (configs/ablation/two_stage.py).
+scratch as the control (projects/two_stage/configs/manpages.py).
 
 A two-stage config is an ablation config (the ``ablation`` group: schemes, fine-tuning datasets,
 lengths, rates, seeds) with a ``pretrain`` group, a whole run config for the pre-training, and a
@@ -118,7 +118,7 @@ def _pretrain_base(config: ml_collections.ConfigDict) -> ml_collections.ConfigDi
   fine-tuning's (its texts only)."""
   if 'pretrain' not in config:
     raise ValueError('A two-stage config needs a `pretrain` group: the run config of the '
-                     'pre-training (see configs/ablation/two_stage.py).')
+                     'pre-training (see projects/two_stage/configs/manpages.py).')
   p = config.pretrain
   base = {g: p[g].to_dict() for g in settings.groups(RunConfig)}
   base['train']['seed'] = config.train.seed

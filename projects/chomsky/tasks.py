@@ -4,7 +4,7 @@ Hierarchy"), as Ruoss et al. 2023 ("Randomized Positional Encodings") train enco
 Each task follows the authors' task builders (google-deepmind/randomized_positional_encodings,
 tasks/{regular,dcf,cs}/*.py, with the moduli and alphabets of experiments/constants.py): its
 input alphabet, its output classes and output length, and for the tasks whose output ends with a
-termination token the positions the accuracy counts (docs/chomsky.md lists them all). The
+termination token the positions the accuracy counts (projects/chomsky/README.md lists them all). The
 examples are drawn here with NumPy's ``Generator``, not the authors' JAX/NumPy/``random``
 streams, so the distributions match theirs but no example does.
 
@@ -20,9 +20,8 @@ import dataclasses
 import math
 from typing import Callable
 
+import flax.struct
 import numpy as np
-
-from data import batches
 
 Sampler = Callable[[np.random.Generator, int, int], tuple[np.ndarray, np.ndarray]]
 
@@ -286,6 +285,25 @@ def bucket_sort(rng: np.random.Generator, b: int, n: int) -> tuple[np.ndarray, n
 
 
 _ONE, _SAME = (lambda n: 1), (lambda n: n)
+
+
+class Queries(flax.struct.PyTreeNode):
+  """Inputs followed by one query token per output, each output predicted at its query token by
+  the classification head (``projects/chomsky/tasks.py``): ``inputs``, ``positions`` (0, 1, ... from the
+  first input token; 0 at padding) int32 [B, L], ``mask`` bool [B, L]; ``targets`` int32 [B, M]
+  the output classes, at the query tokens ``target_positions`` int32 [B, M]; ``target_weights``
+  float32 [B, M] 1 at every output (what the loss counts), 0 at padding; ``scored`` float32
+  [B, M] 1 at the outputs the accuracy counts (those up to a termination token)."""
+
+  inputs: np.ndarray
+  positions: np.ndarray
+  mask: np.ndarray
+  targets: np.ndarray
+  target_positions: np.ndarray
+  target_weights: np.ndarray
+  scored: np.ndarray
+
+
 TASKS = {task.name: task for task in (
     Task('even_pairs', 'regular', 2, 2, _ONE, even_pairs),
     Task('modular_arithmetic', 'regular', MODULUS + 4, MODULUS, _ONE, modular_arithmetic),
@@ -331,7 +349,7 @@ def shape(task: Task, lengths: range | list[int]) -> tuple[int, int]:
 
 
 def make_batch(task: Task, examples: list[tuple[np.ndarray, np.ndarray]], length: int,
-               outputs: int) -> batches.Queries:
+               outputs: int) -> Queries:
   """A ``Queries`` batch of (input [n], output [m]) examples: each row the n input tokens, then
   m query tokens (id ``task.input_size``), padded to ``length`` tokens and ``outputs`` outputs."""
   b = len(examples)
@@ -347,5 +365,5 @@ def make_batch(task: Task, examples: list[tuple[np.ndarray, np.ndarray]], length
     # The authors' accuracy_mask: up to the first termination token, that one included.
     last = int(np.argmax(y_M == TERMINATION)) if task.terminated else m - 1
     scored_BxM[row, :last + 1] = 1.0
-  return batches.Queries(tokens_BxL, positions_BxL, mask_BxL, targets_BxM, at_BxM, weights_BxM,
+  return Queries(tokens_BxL, positions_BxL, mask_BxL, targets_BxM, at_BxM, weights_BxM,
                          scored_BxM)
