@@ -7,19 +7,18 @@ text config (4 layers, 256 wide, 4 heads, MLP 1024, CLS pooling, batch 32). Need
 """
 
 from experiments import ablation
+import models
 from training import config as run_config
 
 
 def get_config():
   c = run_config.defaults()
   c.ablation = a = ablation.group()
-  # The main job's grid (configs/ablation/probes.py), one rate, 10 seeds.
-  a.positions = ('none,sinusoidal,learned,shaw,t5,alibi,rotary,kerple_log,kerple_power,fire,'
-                 'cope')
-  a.variants = 'p_rope:rotary:rope.p=0.75'
-  a.update(learning_rates='3e-3', workers=2, num_seeds=10)
-  a.datasets = 'imdb_reviews'
-  a.max_lengths = '1000,4000'
+  # The main job's grid (configs/ablation/probes.py: every scheme and p-RoPE, one rate, 10
+  # seeds) on IMDB at 1k and 4k bytes.
+  a.update(positions=','.join(models.SCHEMES), variants='p_rope:rotary:rope.p=0.75',
+           learning_rates='3e-3', workers=2, num_seeds=10, datasets='imdb_reviews',
+           max_lengths='1000,4000')
   # The `small` preset on real text (configs/ablation/glue_news.py), BERT's init and dropout.
   c.model.update(size='small', hidden_size=32, num_heads=2, mlp_dim=64, init_std=0.02,
                  dropout_rate=0.1, max_length=256, pooling='cls')
