@@ -38,6 +38,7 @@ from data import datasets
 from data import lm
 from data import pipeline
 from data import sources
+from training import tasks
 from training import trainer
 from training.config import run_config
 
@@ -103,12 +104,13 @@ def _per_batch(batches, rounds: int) -> list[float]:
 def grain_vs_ours(workdir: str) -> tuple[list[list], list[dict]]:
   """Rows and figures of ours vs grain's order on the probes and on MLM."""
   b, rows, figures = FLAGS.grain_batch, [], []
-  tasks = {'probes': {'data.name': 'position_probes/order', 'data.max_length': 64},
+  cases = {'probes': {'data.name': 'position_probes/order', 'data.max_length': 64},
            'mlm': {'data.name': 'fortunes', 'data.tokenizer': 'byte', 'data.max_length': 128,
                    'train.task': 'mlm'}}
-  for task, overrides in tasks.items():
+  for task, overrides in cases.items():
     c = common.get_config(**overrides)
-    dataset = datasets.load(run_config(c).data, os.path.join(workdir, task), task=c.train.task)
+    rc = run_config(c)
+    dataset = tasks.of(rc).load(rc.data, os.path.join(workdir, task), 'joint')
     ours = dataset.train_batches(seed=0, global_batch_size=b)
     theirs = _grain_twin(dataset, b, seed=0)
     same = all(np.array_equal(next(ours).inputs, next(theirs).inputs) for _ in range(3))
@@ -141,7 +143,7 @@ def main(_):
                                'data.max_length': length})
       trainer.setup_runtime(c)  # quiet TFDS logs; the compilation cache is off in get_config
       workdir = os.path.join(tmp, f'work{length}')
-      batches = datasets.load(run_config(c).data, workdir).train_batches(seed=0,
+      batches = datasets.load_classifier(run_config(c).data, workdir).train_batches(seed=0,
                                                              global_batch_size=batch_size)
       first = next(batches)
       assert first.inputs.shape == (batch_size, length), first.inputs.shape

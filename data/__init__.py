@@ -66,8 +66,8 @@ class Entry:
   ``embedded``, generated or read here by the embedded TFDS builder (``data/builders.py``) and
   config ``builder`` ('name/config', also its folder in the data_dir); ``tfds``, a TFDS dataset
   prepared elsewhere whose examples become texts as ``fields`` say; ``files``, the user's own
-  files; or a kind a project registers its loader for (``datasets.LOADERS``; ``builder`` is then
-  the project's own name for the dataset)."""
+  files; or a kind a project adds, which its task kind loads (``training/tasks.py``; ``builder``
+  is then the project's own name for the dataset)."""
 
   kind: str
   builder: str | None = None

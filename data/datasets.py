@@ -1,8 +1,8 @@
 """Loading a dataset by name: its info, training batches and evaluation batches.
 
-``load(data_config, workdir)`` resolves ``data.name`` (``data.DATASETS``) to a source, a
-tokenizer and a ``DatasetInfo``, preparing embedded datasets and training SentencePiece on first
-use. Batches are ``data/batches.py``'s types, ordered by its one sampler.
+``load_classifier`` and ``load_language_model`` (which a run's task kind calls,
+``training/tasks.py``) resolve ``data.name`` (``data.DATASETS``) to a source, a tokenizer and a
+``DatasetInfo``, preparing embedded datasets and training a tokenizer on first use. Batches are ``data/batches.py``'s types, ordered by its one sampler.
 
 Multi-host: the data a step sees does not depend on the number of processes, and for evaluation
 each process reads the whole (small) split and keeps its part (``Dataset``'s methods).
@@ -137,22 +137,19 @@ def _source(data_config: DataConfig, workdir: str | None, task: str
       workdir=workdir, regression=data_config.regression), None
 
 
-# The loaders of the dataset kinds that projects add (data.register): kind ->
-# ``load(data_config, task)``, a dataset with ``Dataset``'s methods.
-LOADERS: dict[str, Callable[[DataConfig, str], 'Dataset']] = {}
+def load_language_model(data_config: DataConfig, workdir: str | None,
+                        task: str) -> LanguageModelDataset:
+  """``data.name``'s texts as documents for a language model (``task`` mlm or clm)."""
+  source, _ = _source(data_config, workdir, documents=True)
+  return LanguageModelDataset.load(data_config, workdir, source, task)
 
 
-def load(data_config: DataConfig, workdir: str | None, *,
-         pair_layout: str = 'joint', task: str = 'classify') -> Dataset | LanguageModelDataset:
+def load_classifier(data_config: DataConfig, workdir: str | None,
+                    pair_layout: str = 'joint') -> Dataset:
   """Resolves ``data.name`` to a source, tokenizer and info (preparing embedded datasets);
-  sentence pairs are batched as ``pair_layout`` says ('joint' or 'dual', ``data/pipeline.py``).
-  A language model (``task`` mlm or clm) reads the source's texts as documents."""
+  sentence pairs are batched as ``pair_layout`` says ('joint' or 'dual', ``data/pipeline.py``)."""
   name = data_config.name
-  if loader := LOADERS.get(data.DATASETS[name].kind):  # DataConfig checked the name
-    return loader(data_config, task)
-  source, builder = _source(data_config, workdir, task)
-  if task != 'classify':
-    return LanguageModelDataset.load(data_config, workdir, source, task)
+  source, builder = _source(data_config, workdir, documents=False)
   lengths = (builder.split_lengths(data_config.max_length) if builder
              else dict.fromkeys(source.splits, data_config.max_length))
   if lengths['train'] > data_config.max_length:

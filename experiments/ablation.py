@@ -21,12 +21,12 @@ import jax
 import ml_collections
 
 import data
-from data import datasets
 import models
 import settings
 from settings import lists
 import storage
 from experiments import report as report_lib
+from training import tasks
 from training import trainer
 from training import validation
 from training.config import RESULT_FIELDS, RunConfig, run_config
@@ -354,9 +354,9 @@ def _train_parallel(workdir: str, runnable: list[tuple[Any, RunConfig]], prepare
   their datasets are prepared here, once (two runs must not generate one dataset together; a
   tokenizer trained here is thrown away, each run trains its own). After a run's error the runs
   already started finish, no other starts, and the error is raised."""
-  for data_config, task in dict.fromkeys((rc.data, rc.train.task) for _, rc in runnable):
+  for rc in {(rc.data, rc.train.task): rc for _, rc in runnable}.values():
     with tempfile.TemporaryDirectory() as scratch:
-      datasets.load(data_config, scratch, task=task)
+      tasks.of(rc).load(rc.data, scratch, 'joint')
   context = multiprocessing.get_context('spawn')
   with futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
     pending = {}

@@ -320,7 +320,7 @@ def test_classifier_reads_its_head_at_the_query_tokens(run_config):
 
 
 def _dataset(name='chomsky/parity_check', **fields):
-  return datasets.load(DataConfig(name=name, **fields), None)
+  return tasks.KINDS['queries'].load(DataConfig(name=name, **fields), None, 'joint')
 
 
 def test_training_lengths_are_uniform_in_1_to_40_one_per_batch():
@@ -376,7 +376,7 @@ def test_bad_suite_settings_are_refused(fields, phrase):
 def test_test_lengths_default_to_the_papers():
   assert DataConfig(name='chomsky/parity_check').chomsky_tests == tuple(range(41, 501))
   with pytest.raises(ValueError, match='generated task'):
-    datasets.load(DataConfig(name='chomsky/parity_check'), None, task='mlm')
+    datasets.load_language_model(DataConfig(name='chomsky/parity_check'), None, 'mlm')
 
 
 # Train at lengths 1..3 (one padded shape) and test at 4 and 5: a few compilations only.

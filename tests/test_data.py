@@ -47,15 +47,15 @@ def _config(**overrides):
 
 
 def info_of(config, workdir=None):
-  return datasets.load(_typed(config), workdir).info
+  return datasets.load_classifier(_typed(config), workdir).info
 
 
 def train_batches(config, *, workdir=None, **kwargs):
-  return datasets.load(_typed(config), workdir).train_batches(**kwargs)
+  return datasets.load_classifier(_typed(config), workdir).train_batches(**kwargs)
 
 
 def eval_batches(config, split, *, workdir=None, **kwargs):
-  return datasets.load(_typed(config), workdir).eval_batches(split, **kwargs)
+  return datasets.load_classifier(_typed(config), workdir).eval_batches(split, **kwargs)
 
 
 def _take(iterator, n):
@@ -430,7 +430,7 @@ def test_glue_pair_tasks_with_mock_data(tmp_path, name, num_classes):
   config = _config(name=name, data_dir=data_dir, max_length=32, regression=name == 'glue/stsb')
   with tfds.testing.mock_data(num_examples=20, policy=tfds.testing.MockPolicy.USE_FILES,
                               data_dir=data_dir):
-    dataset = datasets.load(_typed(config), None)
+    dataset = datasets.load_classifier(_typed(config), None)
     assert dataset.info.pairs and dataset.info.num_classes == num_classes
     batch = next(dataset.eval_batches('test', global_batch_size=4))
     assert batch.token_types.shape == (4, 32)
@@ -687,7 +687,7 @@ def test_lra_listops_release_files_read_with_its_config(tmp_path):
   config = lra_listops.get_config().data
   config.update(train_files=paths['train'], validation_files=paths['val'],
                 test_files=paths['test'])
-  dataset = datasets.load(_typed(config), str(tmp_path / 'work'))
+  dataset = datasets.load_classifier(_typed(config), str(tmp_path / 'work'))
   assert dataset.info.num_classes == 10 and dataset.info.train_length == 4000
   texts, labels = dataset.source.read('test')
   assert texts[0] == b'( ( [MAX 2 9 ) 0 ] )' and list(labels[:3]) == [9, 7, 0]
@@ -703,7 +703,7 @@ def test_lra_retrieval_release_files_read_with_its_config(tmp_path):
   config = lra_retrieval.get_config().data
   config.update(train_files=paths['train'], validation_files=paths['eval'],
                 test_files=paths['test'], max_length=32)
-  dataset = datasets.load(_typed(config), str(tmp_path / 'work'), pair_layout='dual')
+  dataset = datasets.load_classifier(_typed(config), str(tmp_path / 'work'), pair_layout='dual')
   assert dataset.info.pairs and dataset.info.num_classes == 2
   texts, labels = dataset.source.read('test')
   assert texts.shape == (12, 2) and tuple(texts[1]) == (b'paper 1 cites', b'paper 101 is cited')
@@ -819,7 +819,7 @@ def test_huggingface_tokenizer_through_the_pipeline(tmp_path):
       f'the cat sat {i},{i % 2}\n' for i in range(20)))
   config = _config(name='files', train_files=path, tokenizer='huggingface',
                    tokenizer_path=vocab, max_length=8)
-  dataset = datasets.load(_typed(config), str(tmp_path / 'work'))
+  dataset = datasets.load_classifier(_typed(config), str(tmp_path / 'work'))
   assert dataset.info.vocab_size == 14
   batch = next(dataset.eval_batches('validation', global_batch_size=2))
   # [CLS] the cat sat [UNK] [SEP] [PAD] [PAD]: the mask follows the tokenizer's [PAD] id.

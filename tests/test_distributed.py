@@ -33,7 +33,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.fixture
 def data_dir(tfds_dir, run_config):
-  datasets.load(run_config_of(run_config()).data, None)  # generate before processes race
+  datasets.load_classifier(run_config_of(run_config()).data, None)  # generate before processes race
   return tfds_dir
 
 

@@ -7,13 +7,14 @@ import numpy as np
 import pytest
 
 from data import datasets, sources
+from training import tasks
 from training.config import run_config as typed
 
 
 def _load(run_config, csv_file, tmp_path, num_shards, **overrides):
   config = run_config(**{'data.name': 'files', 'data.train_files': csv_file,
                          'data.num_shards': num_shards, **overrides})
-  dataset = datasets.load(typed(config).data, str(tmp_path), task=overrides.get('train.task', 'classify'))
+  dataset = tasks.of(typed(config)).load(typed(config).data, str(tmp_path), 'joint')
   reads = []
   real = dataset.source.read
 

@@ -125,7 +125,8 @@ def lm_config(run_config, tmp_path, task='mlm', **overrides):
 
 
 def test_lm_batches_resume_and_split_over_processes(tmp_path, run_config):
-  dataset = datasets.load(typed(lm_config(run_config, tmp_path)).data, str(tmp_path), task='mlm')
+  dataset = datasets.load_language_model(typed(lm_config(run_config, tmp_path)).data,
+                                         str(tmp_path), 'mlm')
   fresh = list(itertools.islice(dataset.train_batches(seed=0, global_batch_size=8), 40))
   resumed = next(dataset.train_batches(seed=0, global_batch_size=8, start_step=37))
   jax.tree.map(np.testing.assert_array_equal, fresh[37], resumed)
@@ -222,13 +223,13 @@ def test_tfds_corpora_with_mock_data(tmp_path, run_config, name, splits):
   config = run_config(**{'data.name': name, 'data.data_dir': data_dir, 'data.max_length': 32})
   with tfds.testing.mock_data(num_examples=20, policy=tfds.testing.MockPolicy.USE_FILES,
                               data_dir=data_dir):
-    dataset = datasets.load(typed(config).data, None, task='clm')
+    dataset = datasets.load_language_model(typed(config).data, None, 'clm')
     batch = next(dataset.train_batches(seed=0, global_batch_size=4))
     assert batch.inputs.shape == (4, 32) and batch.target_weights.sum() > 0
     assert sum(b.target_weights.sum() for b in dataset.eval_batches(
         'test', global_batch_size=4)) > 0
     with pytest.raises(ValueError, match='unlabelled corpus'):
-      datasets.load(typed(config).data, None)
+      datasets.load_classifier(typed(config).data, None)
 
 
 def test_jsonl_documents_and_a_missing_corpus_file(tmp_path):

@@ -475,7 +475,7 @@ def test_bad_labels_leave_no_classes_file(run_config, tmp_path):
   config = run_config(**{'data.name': 'files', 'data.train_files': str(train),
                          'data.validation_files': str(bad)})
   with pytest.raises(ValueError, match=r'label 7 is outside the class range \[0, 2\)'):
-    datasets.load(typed(config).data, str(workdir))
+    datasets.load_classifier(typed(config).data, str(workdir))
   assert not os.path.exists(workdir / 'classes.json')
 
 

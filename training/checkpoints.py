@@ -30,7 +30,7 @@ CHECKPOINT_DIR = 'checkpoints'
 CORRUPT_DIR = 'checkpoints_corrupt'
 MANIFEST_FILE = '_SHA256_MANIFEST.json'
 STATE_ITEM = 'state'
-# The host's train-metric window (trainer._TrainLog): saved with the state, so that a run resumed
+# The host's train-metric window (trainer._Loop): saved with the state, so that a run resumed
 # between two log steps averages the same steps as one that ran through.
 TRAIN_LOG_ITEM = 'train_log'
 _SMALL_FILE = 1 << 20  # files up to this size are hashed even by the quick check

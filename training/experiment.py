@@ -16,7 +16,6 @@ from flax import nnx
 
 import models
 from data import batches
-from data import datasets
 from data import sources
 from training import optim
 from training import partitioning
@@ -49,10 +48,10 @@ class Experiment:
     self.placement = placement or validation.check_devices(config)
     self.mesh = mesh = self.placement.mesh
     self.batch_size = self.placement.batch_size  # global, every process
-    self.dataset = datasets.load(config.data, workdir, pair_layout=(
-        'dual' if config.model.dual_encoder else 'joint'), task=config.train.task)
-    self.info = self.dataset.info
     self.kind = tasks.of(config)
+    self.dataset = self.kind.load(config.data, workdir,
+                                  'dual' if config.model.dual_encoder else 'joint')
+    self.info = self.dataset.info
     self.random_positions = (batches.RandomPositions(config.data.random_positions,
                                                      config.data.seed)
                              if config.data.random_positions else None)

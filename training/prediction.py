@@ -79,8 +79,7 @@ def describe(workdir: str) -> tuple[Any, datasets.DatasetInfo, models.ModelConfi
   """(config, dataset info, model config) of a trained workdir (absolute path), without its
   training data when the run saved ``dataset.json``."""
   config = validation.load_config(workdir)
-  info = datasets.saved_info(workdir) or datasets.load(config.data, workdir,
-                                                      task=config.train.task).info
+  info = datasets.saved_info(workdir) or tasks.of(config).load(config.data, workdir, 'joint').info
   cfg = config.model_config(vocab_size=info.vocab_size, num_classes=info.num_classes)
   return config, info, cfg
 

@@ -13,6 +13,7 @@ or which dataset class it has.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable
 
 import jax
@@ -23,6 +24,7 @@ from flax import nnx
 
 import data
 from data import batches
+from data import datasets
 from training import metrics as metrics_lib
 
 # (model, batch, rngs) -> logits [R, C], labels [R], weights [R] and the rows the accuracy
@@ -40,6 +42,8 @@ class TaskKind:
   batch: type
   forward: Forward
   metrics: Callable[[dict[str, np.ndarray], list[dict]], dict[str, np.ndarray]]
+  # (data config, workdir, pair layout 'joint' or 'dual') -> the dataset, with Dataset's methods.
+  load: Callable[[Any, str | None, str], Any]
   language_model: bool = False
   dataset_kind: str | None = None
   # (experiment) -> summary entries before the results (e.g. a language model's packing).
@@ -160,6 +164,11 @@ def _lm_metrics(totals: dict[str, np.ndarray], examples: list[dict]) -> dict[str
   return results
 
 
+def _load_documents(data_config, workdir: str | None, pair_layout: str, *, task: str):
+  del pair_layout  # one text per document
+  return datasets.load_language_model(data_config, workdir, task)
+
+
 def _packing(exp) -> dict[str, Any]:
   return {'packing_efficiency': exp.dataset.packing_efficiency()}
 
@@ -169,7 +178,9 @@ _LM_PREDICT = ('{workdir} holds a language model (train.task={config.train.task}
                '--config.train.init_from={workdir}.')
 
 for _name in ('classify', 'pairs'):
-  register(TaskKind(_name, batches.Classification, _classify_forward, classifier_metrics))
+  register(TaskKind(_name, batches.Classification, _classify_forward, classifier_metrics,
+                    datasets.load_classifier))
 for _name in ('mlm', 'clm'):
-  register(TaskKind(_name, batches.LanguageModel, _lm_forward, _lm_metrics, language_model=True,
+  register(TaskKind(_name, batches.LanguageModel, _lm_forward, _lm_metrics,
+                    functools.partial(_load_documents, task=_name), language_model=True,
                     describe=_packing, unpredictable=_LM_PREDICT))

@@ -1,10 +1,10 @@
-"""``train_and_evaluate(config, workdir)``: the whole training run, resumable from the workdir,
-in three parts: ``_setup`` (build, restore or initialise), ``_train`` (step, log, evaluate,
-checkpoint, preemption) and ``_summarize`` (every split evaluated, ``summary.json``)."""
+"""``train_and_evaluate(config, workdir)``: the whole training run, resumable from the workdir:
+the guards (``guards.guarded``), ``_setup`` (build, restore or initialise), the loop over
+``steps.train_step`` (with ``_Loop.after_step``: log, evaluate, checkpoint, preemption) and
+``_summarize`` (every split evaluated, ``summary.json``)."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import time
@@ -20,6 +20,7 @@ from data import datasets
 import settings
 import storage
 from training import checkpoints
+from training import guards
 from training import init_from
 from training import metrics as metrics_lib
 from training import preemption
@@ -81,52 +82,33 @@ class _Run:
 def train_and_evaluate(config: RunConfig | ml_collections.ConfigDict,
                        workdir: str) -> dict[str, Any]:
   """Trains, evaluates, checkpoints, resumes; returns the run summary (also ``summary.json``). The
-  workdir is locked for the run's duration: a second run on it refuses to start."""
+  workdir is locked for the run's duration: a second run on it refuses to start. Metrics are
+  fetched one step late, so the host never waits on the step just launched."""
   config = run_config(config)
-  config.check_model()
-  validated = validation.validate(config, workdir)
-  source = init_from.check_source(config) if init_from.needed(config, workdir) else None
-  workdir = storage.canonical(workdir)
-  new = _is_new(workdir)
-  storage.makedirs(workdir)
-  with workdir_lib.lock(workdir, jax.process_index()) as held, contextlib.ExitStack() as stack:
-    # Before the setup: a SIGTERM while the data is prepared or the step compiles is honoured
-    # at the first step (saved there, exit 0), not the default kill (exit 143).
-    watcher = stack.enter_context(preemption.Watcher())
+  with guards.guarded(config, workdir) as guard:  # every check, the lock, the signal watcher
     began = time.perf_counter()
-    try:
-      if source and jax.process_index() == 0:
-        init_from.copy_tokenizer(config, workdir)
-      run, state = _setup(config, workdir, validated, source, stack, held)
-      run.seconds['setup'] = time.perf_counter() - began
-    except BaseException:
-      if new:  # refused at its setup: the new workdir is left as it was found
-        stack.close()  # the checkpointer and writers first: closing them may still write
-        _empty(workdir)
-      raise
-    state, last_eval = _train(run, state, watcher)
-    return _summarize(run, state, last_eval)
+    with guard.refusable():
+      run, state = _setup(config, guard)
+    run.seconds['setup'] = time.perf_counter() - began
+    train_step = run.exp.train_step  # steps.train_step over the members, jitted once
+    batches, loop, began = run.exp.train_batches(run.start), _Loop(run), time.perf_counter()
+    for step in range(run.start + 1, config.train.num_steps + 1):
+      run.profiler.before(step)
+      with jax.profiler.StepTraceAnnotation('train', step_num=step):
+        state, metrics = train_step(state, run.exp.global_batch(next(batches)))
+      run.profiler.after(step, state)
+      loop.after_step(step, state, metrics, guard.watcher, began)
+    run.ckpt.wait()  # the last step is always saved, so no metrics are pending
+    run.seconds['train_loop'] = time.perf_counter() - began  # validation and saves included
+    return _summarize(run, state, loop.last_eval)
 
 
-def _is_new(workdir: str) -> bool:
-  """Whether the workdir holds nothing yet (a lock file left by a refused start aside)."""
-  return not storage.exists(workdir) or all(
-      name.startswith(workdir_lib.LOCK_FILE) for name in storage.listdir(workdir))
-
-
-def _empty(workdir: str) -> None:
-  """Removes what a refused start wrote into its new workdir, but the lock it still holds."""
-  if jax.process_index() == 0:
-    for entry in storage.path(workdir).iterdir():
-      if not entry.name.startswith(workdir_lib.LOCK_FILE):
-        entry.rmtree() if entry.is_dir() else entry.unlink()
-
-
-def _setup(config: RunConfig, workdir: str, validated: validation.Validated,
-           source: init_from.Source | None, stack: contextlib.ExitStack,
-           held: workdir_lib.Held) -> tuple[_Run, Any]:
-  """The run and its newest intact checkpoint (or its initial state, from ``source`` when
-  given); ``stack`` closes what it opens."""
+def _setup(config: RunConfig, guard: guards.Guard) -> tuple[_Run, Any]:
+  """The run and its newest intact checkpoint (or its initial state, from ``train.init_from``'s
+  source); the guard's stack closes what it opens."""
+  workdir, validated, source, stack = guard.workdir, guard.validated, guard.source, guard.stack
+  if source and jax.process_index() == 0:
+    init_from.copy_tokenizer(config, workdir)
   exp, mesh = Experiment(config, workdir, validated.placement), validated.placement.mesh
   for _, length in exp.final_splits():  # a final evaluation that cannot fit is refused now
     exp.eval_batch_size(length)
@@ -159,7 +141,7 @@ def _setup(config: RunConfig, workdir: str, validated: validation.Validated,
   stack.callback(writer.close)
   profiler = metrics_lib.Profiler(config.train.profile_steps, workdir)
   stack.callback(profiler.close)
-  return _Run(config, workdir, exp, ckpt, writer, profiler, held, start), state
+  return _Run(config, workdir, exp, ckpt, writer, profiler, guard.held, start), state
 
 
 def hparams(config_dict: dict[str, Any]) -> dict[str, Any]:
@@ -170,12 +152,15 @@ def hparams(config_dict: dict[str, Any]) -> dict[str, Any]:
           ','.join(map(str, v)) if isinstance(v, list) else str(v) for k, v in flat.items()}
 
 
-class _TrainLog:
-  """Each step's metrics on the host: the NaN/Inf check, and the window averaged every
-  ``train.log_every`` steps, saved with each checkpoint so a resume writes the same records."""
+class _Loop:
+  """What the loop does on the host after each step: each step's metrics (fetched one step late,
+  at once where an evaluation or a save needs them), the NaN/Inf check, the window averaged
+  every ``train.log_every`` steps (saved with each checkpoint, so a resume writes the same
+  records), validation, checkpoints and preemption; ``last_eval`` is the last validation result
+  (None if no step ran)."""
 
   def __init__(self, run: _Run):
-    self.run = run
+    self.run, self.pending, self.last_eval = run, None, None
     saved = run.ckpt.restored_train_log or {'num': 0, 'sums': {}}  # None: a fresh start
     self.sums: dict[str, np.ndarray] = {k: np.asarray(v['values'], v['dtype'])
                                         for k, v in saved['sums'].items()}
@@ -210,50 +195,38 @@ class _TrainLog:
                             'train/skipped_updates': m['skipped'].astype(np.float64)})
     self.sums, self.num = {}, 0
 
-
-def _train(run: _Run, state: Any, watcher: preemption.Watcher) -> tuple[Any, dict | None]:
-  """The loop; returns the final state and the last validation result (None if no step ran).
-  Metrics are fetched one step late, so the host never waits on the step just launched, and at
-  once where an evaluation or a save needs them."""
-  exp, t = run.exp, run.config.train
-  log, batches = _TrainLog(run), exp.train_batches(run.start)
-  pending, last_eval, began = None, None, time.perf_counter()
-  for step in range(run.start + 1, t.num_steps + 1):
-    run.profiler.before(step)
-    with jax.profiler.StepTraceAnnotation('train', step_num=step):
-      state, step_metrics = exp.train_step(state, exp.global_batch(next(batches)))
-    run.profiler.after(step, state)
-    if pending is not None:
-      log.add(*jax.device_get(pending))
+  def after_step(self, step: int, state: Any, step_metrics: dict, watcher: preemption.Watcher,
+                 began: float) -> None:
+    run, t = self.run, self.run.config.train
+    if self.pending is not None:
+      self.add(*jax.device_get(self.pending))
       run.seconds.setdefault('first_step', time.perf_counter() - began)  # mostly compiling
-    pending = (step, step_metrics)
+    self.pending = (step, step_metrics)
     run.writer.progress(step)
     preempted = watcher.reached(step)
     evaluated = step % t.eval_every == 0 or step == t.num_steps
     saved = step % t.checkpoint_every == 0 or step == t.num_steps
     if preempted or evaluated or saved:
-      log.add(*jax.device_get(pending))
+      self.add(*jax.device_get(self.pending))
       run.seconds.setdefault('first_step', time.perf_counter() - began)
-      pending = None
+      self.pending = None
     if preempted:
-      _preempt(run, step, state, log)
+      _preempt(run, step, state, self)
     if evaluated:
       eval_began = time.perf_counter()
-      last_eval = exp.evaluate(state.params, exp.eval_batches('validation'))
+      self.last_eval = run.exp.evaluate(state.params, run.exp.eval_batches('validation'))
       run.seconds['validation_eval'] += time.perf_counter() - eval_began
-      run.writer.write(step, {f'validation/{k}': v for k, v in last_eval.items()
+      run.writer.write(step, {f'validation/{k}': v for k, v in self.last_eval.items()
                               if k not in ('count', 'score')})
     if saved:  # a candidate for the best only if evaluated at this step, with a finite loss
       run.held.check()
-      score = float(np.mean(last_eval['score'])) if evaluated else np.nan
-      finite = np.isfinite(score) and np.all(np.isfinite(last_eval['loss']))
-      run.ckpt.save(step, state, score if finite else None, log.saved())
-  run.ckpt.wait()  # the last step is always saved, so no metrics are pending
-  run.seconds['train_loop'] = time.perf_counter() - began  # validation and saves included
-  return state, last_eval
+      last = self.last_eval
+      score = float(np.mean(last['score'])) if evaluated else np.nan
+      finite = np.isfinite(score) and np.all(np.isfinite(last['loss']))
+      run.ckpt.save(step, state, score if finite else None, self.saved())
 
 
-def _preempt(run: _Run, step: int, state: Any, log: _TrainLog) -> None:
+def _preempt(run: _Run, step: int, state: Any, log: _Loop) -> None:
   run.ckpt.save(step, state, train_log=log.saved())
   run.ckpt.wait()
   console(f'Preempted: saved step {step} in {run.workdir}; the next start resumes from it.')

@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any
 
 import data
-from data import datasets
 from experiments import ablation
 from projects.chomsky import dataset
 from projects.chomsky import report
@@ -46,9 +45,9 @@ def _closing(summary: dict[str, Any]) -> str:
 
 for _task in tasks.TASKS:
   data.register(f'chomsky/{_task}', data.Entry(KIND, _task))
-datasets.LOADERS[KIND] = dataset.ChomskyDataset.load
 task_kinds.register(task_kinds.TaskKind(
-    'queries', tasks.Queries, _forward, task_kinds.classifier_metrics, dataset_kind=KIND,
+    'queries', tasks.Queries, _forward, task_kinds.classifier_metrics,
+    dataset.ChomskyDataset.load, dataset_kind=KIND,
     # The papers take the best test score over seeds and rates: every member is scored.
     final=lambda exp, params, workdir: {'chomsky': suite.evaluate(exp, params, workdir)},
     final_splits=lambda exp: [('test', exp.info.train_length)],  # the suite scores the rest

@@ -1,5 +1,5 @@
-"""The Chomsky tasks as a dataset: ``data.name=chomsky/<task>`` (``datasets.LOADERS['chomsky']``),
-generated afresh for every batch, with ``Dataset``'s methods."""
+"""The Chomsky tasks as a dataset: ``data.name=chomsky/<task>``, generated afresh for every
+batch, with ``Dataset``'s methods."""
 
 from __future__ import annotations
 
@@ -38,11 +38,10 @@ class ChomskyDataset:
   validation_size: int
 
   @classmethod
-  def load(cls, config: DataConfig, task_kind: str = 'classify') -> ChomskyDataset:
-    """``datasets.LOADERS``' loader of the ``chomsky`` kind."""
-    if task_kind != 'classify':
-      raise ValueError(f'data.name={config.name!r} is a generated task with its own outputs, not '
-                       f'a corpus: train it with train.task=classify, not {task_kind}.')
+  def load(cls, config: DataConfig, workdir: str | None = None,
+           pair_layout: str = 'joint') -> ChomskyDataset:
+    """The query-token task kind's loader (generated: nothing is read or written)."""
+    del workdir, pair_layout
     task = tasks.TASKS[data.DATASETS[config.name].builder]
     length = config.chomsky_train_length
     info = datasets.DatasetInfo(
