@@ -131,5 +131,7 @@ def register(name: str, entry: Entry) -> None:
   if DATASETS.get(name, entry) != entry:
     raise ValueError(f'data.name={name!r} is registered twice, differently.')
   DATASETS[name] = entry
+
+
 # 'wordpiece' and 'bpe' (byte-level) are trained here, offline, with the `tokenizers` library.
 TOKENIZERS = ('byte', 'sentencepiece', 'wordpiece', 'bpe', 'huggingface')

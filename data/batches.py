@@ -2,7 +2,8 @@
 
 A ``Classification`` batch (classification and sentence pairs, ``data/pipeline.py``) or a
 ``LanguageModel`` batch (MLM and CLM, ``data/lm.py``), or a project's own batch type, holds
-NumPy arrays of this process's rows, then ``jax.Array`` s of the global batch (``flax.struct`` pytrees: a field left None is no leaf).
+NumPy arrays of this process's rows, then ``jax.Array`` s of the global batch (``flax.struct``
+pytrees: a field left None is no leaf).
 
 Training order (``sources.TrainShards``; with one shard): the example at row j of global batch s
 (G rows) is the ``(s G + j) mod n``-th entry of a permutation of the split's n examples (packed

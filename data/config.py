@@ -87,8 +87,9 @@ class DataConfig:
   # evaluated example, so that every position up to N is trained; N bounds every length read.
   # 0: positions 0, 1, 2, ... (off). Any model.position that reads positions takes them.
   random_positions: int = settings.setting(0, R)
-  # data.name=chomsky/<task> (projects/chomsky/tasks.py, projects/chomsky/README.md): training inputs have lengths
-  # uniform in 1..this, one length per batch as the authors draw them (the papers: 40).
+  # data.name=chomsky/<task> (projects/chomsky/tasks.py, projects/chomsky/README.md): training
+  # inputs have lengths uniform in 1..this, one length per batch as the authors draw them (the
+  # papers: 40).
   chomsky_train_length: int = settings.setting(40, R)
   # The test lengths (each its split test_<n>, in the per-length results and the score); empty:
   # the papers' chomsky_train_length + 1 .. 500.

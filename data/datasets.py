@@ -42,8 +42,8 @@ class DatasetInfo:
 
   ``train_length`` is ``data.max_length`` (with [CLS]); ``eval_splits`` maps each evaluation
   split to its natural length in tokens (the probes: ``{'validation': 64, 'test': 64,
-  'test_96_near': 96, 'test_96_far': 96, ...}``; natural text: ``data.max_length``); ``num_train_examples`` counts all
-  hosts.
+  'test_96_near': 96, 'test_96_far': 96, ...}``; natural text: ``data.max_length``);
+  ``num_train_examples`` counts all hosts.
   """
 
   name: str
@@ -114,19 +114,23 @@ def load_tokenizer(data_config: DataConfig, workdir: str | None,
   return tokenizers.load_huggingface(workdir, data_config.tokenizer_path)  # DataConfig checked it
 
 
-def _source(data_config: DataConfig, workdir: str | None, task: str
+def _source(data_config: DataConfig, workdir: str | None, documents: bool
             ) -> tuple[sources.Source, builders.EmbeddedBuilder | None]:
-  """The source of ``data.name`` by its kind (and its builder if embedded), prepared."""
+  """The source of ``data.name`` by its kind (and its builder if embedded), prepared; with
+  ``documents`` (a language model's) the user's files are read as documents."""
   name, entry = data_config.name, data.DATASETS[data_config.name]  # DataConfig checked it
   if entry.kind == 'embedded':
     builder = embedded_builder(name, data_config.data_dir)
     return sources.embedded_source(builder), builder
   if entry.kind == 'tfds':
-    if entry.fields.corpus and task == 'classify':
+    if entry.fields.corpus and not documents:
       raise ValueError(f'data.name={name!r} is an unlabelled corpus: pre-train on it with '
                        'train.task=mlm or clm.')
     return sources.tfds_text_source(name, data_config.data_dir), None
-  if task != 'classify':  # the user's files as documents
+  if entry.kind != 'files':  # a project's, whose task kind loads it (training/tasks.py)
+    raise ValueError(f'data.name={name!r} is a generated task with its own outputs, not a '
+                     'corpus: train it with train.task=classify.')
+  if documents:
     return files_lib.DocumentsSource(
         train_files=data_config.train_files, validation_files=data_config.validation_files,
         test_files=data_config.test_files, text_column=data_config.text_column,
@@ -255,8 +259,9 @@ def eval_splits_for_length(info: DatasetInfo, length: int) -> list[str]:
 
   Datasets with test splits of several lengths (the probes: ``test``, ``test_128_near``,
   ``test_128_far``, ...) map a length to its splits of exactly that length; other datasets (and
-  language-model corpora) evaluate ``test`` at any length (``eval_batches(..., max_length=length)`` truncates or pads
-  it); ValueError if a dataset has per-length test splits but none of this length.
+  language-model corpora) evaluate ``test`` at any length (``eval_batches(...,
+  max_length=length)`` truncates or pads it); ValueError if a dataset has per-length test
+  splits but none of this length.
   """
   tests = {split: n for split, n in info.eval_splits.items()
            if split == 'test' or split.startswith('test_')}
