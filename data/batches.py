@@ -116,7 +116,7 @@ def train(make: Make, sizes: list[int], shards: sources.TrainShards, *, shuffle:
     examples = offsets[part] + shuffle(slot % num, shards.epoch_key(slot // num, shard), num)
     return make(examples, step * shards.global_batch_size + rows)
 
-  return _iterate(grain.MapDataset.range(start_step, sys.maxsize).map(at), prefetch)
+  return by_step(at, start_step=start_step, prefetch=prefetch)
 
 
 def evaluate(make: Make, *, batch_size: int, num_batches: int, first_slot: int = 0,
