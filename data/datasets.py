@@ -290,7 +290,7 @@ class LanguageModelDataset:
   def load(cls, data_config: DataConfig, workdir: str | None,
            source: sources.Source, task: str) -> LanguageModelDataset:
     tokenizer = load_tokenizer(data_config, workdir,
-                               lambda: lm.corpus_texts(source.read, 'train'))
+                               lambda: lm.corpus_texts(source.read('train')[0]))
     if task == 'mlm' and tokenizer.specials.mask is None:
       raise ValueError(f'data.tokenizer={data_config.tokenizer} has no [MASK] token, which '
                        'train.task=mlm needs: use a tokenizer that has one (byte, wordpiece, '
@@ -323,9 +323,7 @@ class LanguageModelDataset:
     """The packed training rows of each shard in ``shards.needed`` (default: this process's
     shards), each shard packed on its own."""
     shards = shards or _shards(self.num_shards, None, None, self.num_shards * jax.process_count())
-    needed = shards.needed
-    return list(_train_rows(self, shards.count, needed.start, needed.stop,
-                            self.info.train_length))
+    return list(_train_rows(self, shards.count, shards.needed, self.info.train_length))
 
   def packing_efficiency(self) -> float:
     """Real tokens / slots of this process's training rows."""
@@ -364,17 +362,17 @@ class LanguageModelDataset:
 
 @functools.lru_cache(maxsize=8)
 def _stream(dataset: LanguageModelDataset, split: str) -> lm.Stream:
-  return lm.tokenize(dataset.tokenizer, lm.corpus_texts(dataset.source.read, split))
+  return lm.tokenize(dataset.tokenizer, lm.corpus_texts(dataset.source.read(split)[0]))
 
 
 @functools.lru_cache(maxsize=4)
-def _train_rows(dataset: LanguageModelDataset, count: int, first: int, stop: int,
+def _train_rows(dataset: LanguageModelDataset, count: int, needed: range,
                 length: int) -> tuple[dict, ...]:
-  """Shards ``first`` to ``stop - 1`` of ``count`` of the training split, each tokenized and
-  packed at ``length`` (cached whole: a process's shards are packed once)."""
+  """Shards ``needed`` of ``count`` of the training split, each tokenized and packed at
+  ``length`` (cached whole: a process's shards are packed once)."""
   rows = []
-  for shard in range(first, stop):
-    texts = lm.corpus_texts(lambda split, j=shard: dataset.source.read(split, j, count), 'train')
+  for shard in needed:
+    texts = lm.corpus_texts(dataset.source.read('train', shard, count)[0])
     if not texts:
       raise ValueError(f'The training split has fewer documents than data.num_shards={count} '
                        '(a shard is empty): lower data.num_shards.')

@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Callable
 
 import numpy as np
 
@@ -172,9 +171,6 @@ def maker(packed: dict[str, np.ndarray], targets: Targets, stream_id: int) -> ba
   return make
 
 
-def corpus_texts(read: Callable[[str], tuple[np.ndarray, np.ndarray]], split: str) -> list[bytes]:
-  """A source's texts of ``split`` as documents (a pair's two texts are one document)."""
-  texts = read(split)[0]
-  if texts.ndim == 2:
-    return [b'\n'.join(pair) for pair in texts]
-  return list(texts)
+def corpus_texts(texts: np.ndarray) -> list[bytes]:
+  """A source's texts (object [n], or [n, 2] pairs) as documents: a pair's two texts are one."""
+  return [b'\n'.join(pair) for pair in texts] if texts.ndim == 2 else list(texts)
