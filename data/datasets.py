@@ -95,23 +95,19 @@ def load_tokenizer(data_config: DataConfig, workdir: str | None,
                    ) -> tokenizers.Tokenizer:
   """``data.tokenizer``: bytes, or the workdir's SentencePiece, WordPiece or byte-level BPE
   model (trained on ``read_training_texts()`` if it has none yet) or Hugging Face tokenizer."""
-  if data_config.tokenizer == 'byte':
+  kind = data_config.tokenizer  # one of data.TOKENIZERS: DataConfig checked it
+  if kind == 'byte':
     return tokenizers.ByteTokenizer()
-  if data_config.tokenizer == 'sentencepiece':
-    if workdir is None:
-      raise ValueError('data.tokenizer=sentencepiece needs a workdir to cache spm.model')
-    if read_training_texts is None and not storage.exists(
-        os.path.join(workdir, tokenizers.SP_MODEL_FILE)):
-      raise FileNotFoundError(f'{workdir} has no {tokenizers.SP_MODEL_FILE}: it was not trained '
-                              'with data.tokenizer=sentencepiece, or the file was removed.')
+  if kind == 'huggingface':
+    return tokenizers.load_huggingface(workdir, data_config.tokenizer_path)
+  if workdir is None:
+    cached = tokenizers.SP_MODEL_FILE if kind == 'sentencepiece' else 'it'
+    raise ValueError(f'data.tokenizer={kind} needs a workdir to cache {cached}')
+  if kind == 'sentencepiece':
     return tokenizers.load_or_train_sentencepiece(
         workdir, data_config.name, data_config.sp_vocab_size, read_training_texts)
-  if data_config.tokenizer in ('wordpiece', 'bpe'):
-    if workdir is None:
-      raise ValueError(f'data.tokenizer={data_config.tokenizer} needs a workdir to cache it')
-    return tokenizers.load_or_train_huggingface(workdir, data_config.tokenizer, data_config.name,
-                                                data_config.sp_vocab_size, read_training_texts)
-  return tokenizers.load_huggingface(workdir, data_config.tokenizer_path)  # DataConfig checked it
+  return tokenizers.load_or_train_huggingface(workdir, kind, data_config.name,
+                                              data_config.sp_vocab_size, read_training_texts)
 
 
 def _source(data_config: DataConfig, workdir: str | None, documents: bool

@@ -212,10 +212,11 @@ def train_sentencepiece(texts: Iterable[bytes], vocab_size: int, *, seed: int = 
 
 def load_or_train_sentencepiece(
     workdir: str, dataset: str, vocab_size: int,
-    read_training_texts: Callable[[], Iterable[bytes]]) -> SentencePieceTokenizer:
+    read_training_texts: Callable[[], Iterable[bytes]] | None) -> SentencePieceTokenizer:
   """Loads ``workdir/spm.model``, or trains it on ``read_training_texts()`` and saves it there,
   with ``spm.json``: the dataset and vocabulary size it was trained for, so a workdir reused
-  with other settings fails (ValueError) instead of silently using the wrong vocabulary."""
+  with other settings fails (ValueError) instead of silently using the wrong vocabulary.
+  FileNotFoundError if there is none and no ``read_training_texts``."""
   model_path = os.path.join(workdir, SP_MODEL_FILE)
   meta_path = os.path.join(workdir, SP_META_FILE)
   meta = {'dataset': dataset, 'sp_vocab_size': vocab_size}
@@ -235,6 +236,9 @@ def load_or_train_sentencepiece(
     except Exception as e:  # pylint: disable=broad-except  (sentencepiece raises RuntimeError)
       raise ValueError(f'{model_path} is not a valid SentencePiece model ({type(e).__name__}); '
                        'delete spm.model and spm.json to retrain the tokenizer.') from None
+  if read_training_texts is None:
+    raise FileNotFoundError(f'{workdir} has no {SP_MODEL_FILE}: it was not trained with '
+                            'data.tokenizer=sentencepiece, or the file was removed.')
   proto = train_sentencepiece(read_training_texts(), vocab_size)
   storage.makedirs(workdir)
   storage.write_json(meta_path, meta)
