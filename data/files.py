@@ -13,6 +13,7 @@ files"). Texts are kept as raw bytes: invalid UTF-8 passes unchanged to the byte
 
 from __future__ import annotations
 
+import codecs
 import csv
 import dataclasses
 import functools
@@ -38,8 +39,8 @@ _FORMATS = {'.csv': ',', '.tsv': '\t', '.tab': '\t', '.jsonl': None, '.ndjson': 
 QUOTING = ('auto', 'csv', 'none')  # data.quoting
 _SNIFF_BYTES = 4096  # the start of a file that is checked for UTF-16/UTF-32
 # UTF-32's little-endian mark starts with UTF-16's, so it comes first.
-_WIDE_BOMS = ((b'\xff\xfe\x00\x00', 'UTF-32'), (b'\x00\x00\xfe\xff', 'UTF-32'),
-              (b'\xff\xfe', 'UTF-16'), (b'\xfe\xff', 'UTF-16'))
+_WIDE_BOMS = ((codecs.BOM_UTF32_LE, 'UTF-32'), (codecs.BOM_UTF32_BE, 'UTF-32'),
+              (codecs.BOM_UTF16_LE, 'UTF-16'), (codecs.BOM_UTF16_BE, 'UTF-16'))
 _MAX_CLASSES = 1_000_000  # integer labels beyond this (or far sparser than their range): IDs
 csv.field_size_limit(2**31 - 1)  # long documents: the default limit is 128 KiB per field
 _FIX_LABEL = ('Fix the label, or add an example of that class to the training files (and delete '
@@ -344,17 +345,15 @@ def _texts(rows: list[_Row]) -> np.ndarray:
 
 
 def _split_fields(train_files: tuple[str, ...], validation_files: tuple[str, ...],
-                  test_files: tuple[str, ...],
-                  example: str) -> dict[str, list[str]]:
+                  test_files: tuple[str, ...], example: str) -> dict[str, list[str]]:
   """Split -> the paths of its data.<split>_files; ValueError without training files, or naming
   the field if a file is named twice as two spellings (a.csv, ./a.csv): its rows would count
   twice."""
-  paths = {}
-  for split, value in (('train', train_files), ('validation', validation_files),
-                       ('test', test_files)):
+  paths = {'train': list(train_files), 'validation': list(validation_files),
+           'test': list(test_files)}
+  for split, value in paths.items():
     lists.parse(','.join(value), f'data.{split}_files', storage.canonical,
                 example='train.csv,more.csv')
-    paths[split] = list(value)
   if not paths['train']:
     raise ValueError('data.name=files needs data.train_files (comma-separated paths), e.g. '
                      f'--config.data.train_files={example}.')
@@ -439,12 +438,13 @@ class _InMemory:
 
 
 class FilesSource(_InMemory):
-  """Train/validation/test splits of local files (comma-separated paths), parsed and checked in
+  """Train/validation/test splits of local files (``data.<split>_files``), parsed and checked in
   memory; ``classes.json`` is kept in ``workdir`` (None: inferred, not saved). A label that is not
   one of the classes raises ValueError naming its file and row."""
 
-  def __init__(self, *, train_files: str, validation_files: str, test_files: str,
-               columns: Columns, workdir: str | None, regression: bool = False):
+  def __init__(self, *, train_files: tuple[str, ...], validation_files: tuple[str, ...],
+               test_files: tuple[str, ...], columns: Columns, workdir: str | None,
+               regression: bool = False):
     paths = _split_fields(train_files, validation_files, test_files, 'train.csv')
     read = lambda split: [row for p in paths[split] for row in read_rows(p, columns)]
     train = read('train')
@@ -490,8 +490,8 @@ class DocumentsSource(_InMemory):
   class_names = ()
   pairs = False
 
-  def __init__(self, *, train_files: str, validation_files: str, test_files: str,
-               text_column: str, quoting: str = 'auto'):
+  def __init__(self, *, train_files: tuple[str, ...], validation_files: tuple[str, ...],
+               test_files: tuple[str, ...], text_column: str, quoting: str = 'auto'):
     paths = _split_fields(train_files, validation_files, test_files, 'corpus.txt')
     columns = Columns(text=text_column, label='', quoting=quoting)
     read = lambda split: [d for p in paths[split] for d in read_documents(p, columns)]
