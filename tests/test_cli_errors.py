@@ -3,6 +3,11 @@
 Every case must end with exit status 2 and one paragraph on stderr (``<program>: error: ...``)
 holding the case's key phrase, with no traceback, and must leave whatever was already in the
 workdir unchanged. docs/reliability.md lists the cases.
+
+The cases run the entry point in this process (helpers/entry.py: the same argv, exit status and
+output, without a Python, JAX and TensorFlow start-up each); one per entry point, and those that
+need a simulated device count ($XLA_FLAGS), run as real subprocesses, as do the start-up test
+and the successful runs below.
 """
 
 import dataclasses
@@ -19,6 +24,7 @@ import time
 import pytest
 
 from configs import tiny
+from helpers import entry
 from training import trainer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -37,13 +43,9 @@ ABLATED = ABLATE + ('--config.ablation.positions=none,alibi', '--config.ablation
                     '--config.optim.warmup_steps=2', '--config.train.eval_max_length=128')
 FILES = TRAIN + ('--config.data.name=files',)
 # train.py with the fortune files looked for in a directory that does not exist (they are
-# installed on this machine and in CI): the same command line, run through runpy.
-FORTUNES_MISSING = (
-    '-c', 'import runpy, sys; import data.fortunes as f; '
-    "f.Fortunes.BUILDER_CONFIGS[0].directory = '/nonexistent/fortunes'; "
-    "sys.argv = ['train.py'] + sys.argv[1:]; runpy.run_path('train.py', run_name='__main__')",
-    '--config=configs/tiny.py', '--workdir={W}', '--config.data.data_dir={T}/fresh_tfds',
-    '--config.data.name=fortunes')
+# installed on this machine and in CI): Case.no_fortunes points the builder there first.
+FORTUNES_MISSING = ('train.py', '--config=configs/tiny.py', '--workdir={W}',
+                    '--config.data.data_dir={T}/fresh_tfds', '--config.data.name=fortunes')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +56,9 @@ class Case:
   # new | empty | file | trained | trained_no_config | trained_learned | trained_other_data |
   # trained_eval_dir | config_only | ablation_done
   workdir: str = 'new'
-  env: tuple[tuple[str, str], ...] = ()
+  env: tuple[tuple[str, str], ...] = ()  # $XLA_FLAGS: run as a subprocess
+  subprocess: bool = False  # a real process: its entry point's smoke test
+  no_fortunes: bool = False  # the fortune files looked for in a folder that does not exist
 
 
 CASES = [
@@ -109,7 +113,7 @@ CASES = [
          ('train.py', '--config=configs/tiny.py', '--workdir={W}', '--config.data.name=imdb_reviews',
           '--config.data.data_dir={T}/empty_tfds'),
          "TFDS dataset 'imdb_reviews' is not prepared"),
-    Case('fortune_files_missing', FORTUNES_MISSING, 'apt-get install fortunes'),
+    Case('fortune_files_missing', FORTUNES_MISSING, 'apt-get install fortunes', no_fortunes=True),
     Case('user_data_file_missing',
          TRAIN + ('--config.data.name=files', '--config.data.train_files={T}/nope.csv'),
          "nope.csv' not found"),
@@ -158,7 +162,7 @@ CASES = [
          'rope.scaling_factor takes a float', workdir='trained'),
     # ---------------------------------------------------------------- ablate.py
     Case('ablate_only_matches_nothing', ABLATE + ('--only=*/rotray',),
-         "--only='*/rotray' matches no run"),
+         "--only='*/rotray' matches no run", subprocess=True),
     Case('ablate_unknown_position', ABLATE + ('--config.ablation.positions=rotary,rotray',),
          "ablation.positions names 'rotray'"),
     Case('ablate_not_an_ablation_config', ('ablate.py', '--config=configs/tiny.py',
@@ -346,7 +350,7 @@ def write_inputs(tmp: str) -> None:
 
 
 @pytest.mark.parametrize('case', CASES, ids=[c.id for c in CASES])
-def test_bad_input_is_answered_clearly(case, tmp_path, tfds_dir, request):
+def test_bad_input_is_answered_clearly(case, tmp_path, tfds_dir, request, monkeypatch):
   trained, data_file = '', ''
   if case.workdir == 'ablation_done':
     trained = request.getfixturevalue('ablation_workdir')
@@ -358,12 +362,17 @@ def test_bad_input_is_answered_clearly(case, tmp_path, tfds_dir, request):
   make_workdir(case.workdir, workdir, trained)
   before = snapshot(workdir) if os.path.isdir(workdir) else None
   argv = [a.format(W=workdir, D=tfds_dir, T=tmp, F=data_file) for a in case.argv]
-  env = dict(os.environ, **dict(case.env))
+  if case.no_fortunes:
+    from data import fortunes  # pylint: disable=g-import-not-at-top
+    monkeypatch.setattr(fortunes.Fortunes.BUILDER_CONFIGS[0], 'directory', '/nonexistent/fortunes')
   t0 = time.monotonic()
-  proc = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True,
-                        env=env, timeout=300)
+  if case.subprocess or case.env:
+    proc = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True,
+                          env=dict(os.environ, **dict(case.env)), timeout=300)
+  else:
+    proc = entry.run(argv)
   elapsed = time.monotonic() - t0
-  program = 'train.py' if argv[0] == '-c' else os.path.basename(argv[0])
+  program = os.path.basename(argv[0])
   assert proc.returncode == 2, (proc.returncode, proc.stderr[-3000:])
   assert 'Traceback' not in proc.stderr, proc.stderr[-3000:]
   errors = [line for line in proc.stderr.splitlines() if line.startswith(f'{program}: error: ')]
