@@ -165,11 +165,12 @@ def learning_curve(run: Run, key: str = 'validation/accuracy') -> tuple[np.ndarr
                                       for s in run.seeds])
 
 
-def steps_to(curve: tuple[np.ndarray, np.ndarray], target: float) -> str:
-  """The first step of a ``learning_curve`` whose mean validation accuracy reaches ``target``,
-  or 'never'."""
-  steps, acc = curve
-  reached = [int(t) for t, a in zip(steps, np.nanmean(acc, axis=0)) if a >= target]
+def steps_to(curve: tuple[np.ndarray, np.ndarray], target: float, *, below: bool = False) -> str:
+  """The first step of a ``learning_curve`` whose mean reaches ``target`` (at least it, or with
+  ``below`` at most it: a loss), or 'never'."""
+  steps, values = curve
+  reached = [int(t) for t, v in zip(steps, np.nanmean(values, axis=0))
+             if (v <= target if below else v >= target)]
   return str(reached[0]) if reached else 'never'
 
 
@@ -231,10 +232,12 @@ def _paired_table(runs: Sequence[Run], ref: Run | None, cols: list[tuple[str, in
   return '\n'.join(markdown_table(['scheme'] + _headers(cols), rows))
 
 
-def _reference_run(runs: Sequence[Run], reference: str) -> Run | None:
-  """The finished run of the reference scheme with softmax attention and plain positions."""
-  return next((r for r in runs if r.summary and r.position == reference
-               and r.attention == 'softmax' and not r.random_positions), None)
+def _reference_run(runs: Sequence[Run], reference: str, *,
+                   any_attention: bool = False) -> Run | None:
+  """The finished run of the reference scheme with plain positions and softmax attention (or,
+  with ``any_attention``, any)."""
+  return next((r for r in runs if r.summary and r.position == reference and not r.random_positions
+               and (any_attention or r.attention == 'softmax')), None)
 
 
 def comparison_table(runs: Sequence[Run], cols: list[tuple[str, int]], reference: str) -> str:
@@ -384,10 +387,9 @@ def _steps_to_loss(runs: Sequence[Run]) -> str:
             + ['final validation loss'])
   rows = []
   for run in done:
-    steps, loss = curves[run.name]
-    mean = np.nanmean(loss, axis=0)
-    rows.append([run.label, *[next((str(int(t)) for t, l in zip(steps, mean) if l <= th * best),
-                                   'never') for th in LM_THRESHOLDS], f'{mean[-1]:.3f}'])
+    curve = curves[run.name]
+    rows.append([run.label, *[steps_to(curve, th * best, below=True) for th in LM_THRESHOLDS],
+                 f'{np.nanmean(curve[1], axis=0)[-1]:.3f}'])
   return '\n'.join(markdown_table(header, rows))
 
 
@@ -408,8 +410,7 @@ def _language_model_section(out_dir: str, dataset: str, runs: Sequence[Run],
                            train_length=cols[0][1], title=f'{dataset}: perplexity vs length',
                            ylabel='test perplexity')
   task = done[0].summary['task'] if done else ''
-  ref = next((r for r in runs if r.summary and r.position == reference
-               and not r.random_positions), None)
+  ref = _reference_run(runs, reference, any_attention=True)
   losses = _paired_table(runs, ref, cols, reference, Run.loss, stats.paired,
                          lambda res: f'{res.mean:+.3f} [{res.low:+.3f}, {res.high:+.3f}]')
   return [f'## {dataset} ({task})', '', f'Perplexity at the chosen rate, mean ± std over seeds; '
