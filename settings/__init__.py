@@ -111,13 +111,10 @@ def build_group(group_cls: type, values: Mapping[str, Any], name: str, *,
 
 def to_dict(config: Any) -> dict[str, Any]:
   """A typed config as plain JSON-able values (tuples as lists)."""
-  return {name: {f.name: _plain(getattr(getattr(config, name), f.name))
+  plain = lambda value: list(value) if isinstance(value, tuple) else value
+  return {name: {f.name: plain(getattr(getattr(config, name), f.name))
                  for f in declared(type(getattr(config, name)))}
           for name in groups(type(config))}
-
-
-def _plain(value: Any) -> Any:
-  return list(value) if isinstance(value, tuple) else value
 
 
 def replace(config: Any, changes: Mapping[str, Any]) -> Any:
@@ -129,4 +126,3 @@ def replace(config: Any, changes: Mapping[str, Any]) -> Any:
     by_group.setdefault(group, {})[name] = value
   return dataclasses.replace(config, **{
       g: dataclasses.replace(getattr(config, g), **c) for g, c in by_group.items()})
-
