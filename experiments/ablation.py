@@ -302,9 +302,9 @@ def run_grid(config: ml_collections.ConfigDict, workdir: str, cells: list[Cell],
   workdir = validation.check_workdir(workdir)
   set_aside(workdir, stale_cells(config, workdir, cells), fresh)
   storage.makedirs(workdir)
-  console(f'Ablation: {len(cells)} runs, {grid(config).num_seeds} seed(s) each, in {workdir}.')
-  train_cells(workdir, cells, lambda cell: cell_config(config, cell),
-              workers=grid(config).workers)
+  a = grid(config)
+  console(f'Ablation: {len(cells)} runs, {a.num_seeds} seed(s) each, in {workdir}.')
+  train_cells(workdir, cells, lambda cell: cell_config(config, cell), workers=a.workers)
   return build_report(config, workdir, cells, command=command)
 
 
@@ -326,15 +326,16 @@ def train_cells(workdir: str, cells: Sequence[Any], configure: Callable[[Any], R
       _mark_not_applicable(os.path.join(workdir, cell.name), cell, str(e))
       continue
     runnable.append((cell, run_config))
-  started = time.perf_counter()
-  parallel = workers > 1 and jax.process_count() == 1 and jax.default_backend() == 'cpu'
-  (_train_parallel if parallel else _train_serially)(
-      workdir, runnable, prepare, len(cells) - len(runnable), len(cells), workers)
+  started, finished = time.perf_counter(), len(cells) - len(runnable)
+  if workers > 1 and jax.process_count() == 1 and jax.default_backend() == 'cpu':
+    _train_parallel(workdir, runnable, prepare, finished, len(cells), workers)
+  else:
+    _train_serially(workdir, runnable, prepare, finished, len(cells))
   console(f'Finished in {(time.perf_counter() - started) / 60:.1f} min.')
 
 
 def _train_serially(workdir: str, runnable: list[tuple[Any, RunConfig]], prepare, finished: int,
-                    total: int, _workers: int) -> None:
+                    total: int) -> None:
   durations = []
   for i, (cell, run_config) in enumerate(runnable):
     run_dir, t0 = os.path.join(workdir, cell.name), time.perf_counter()
