@@ -57,7 +57,11 @@ def guarded(config: RunConfig, workdir: str) -> Iterator[Guard]:
   storage.makedirs(workdir)
   with workdir_lib.lock(workdir, jax.process_index()) as held, contextlib.ExitStack() as stack:
     watcher = stack.enter_context(preemption.Watcher())
-    yield Guard(workdir, validated, source, held, watcher, stack, new)
+    guard = Guard(workdir, validated, source, held, watcher, stack, new)
+    with guard.refusable():
+      if source and jax.process_index() == 0:  # a fine-tune reads its source's tokenizer
+        init_from.copy_tokenizer(config, workdir)
+    yield guard
 
 
 def _is_new(workdir: str) -> bool:

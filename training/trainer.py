@@ -107,8 +107,6 @@ def _setup(config: RunConfig, guard: guards.Guard) -> tuple[_Run, Any]:
   """The run and its newest intact checkpoint (or its initial state, from ``train.init_from``'s
   source); the guard's stack closes what it opens."""
   workdir, validated, source, stack = guard.workdir, guard.validated, guard.source, guard.stack
-  if source and jax.process_index() == 0:
-    init_from.copy_tokenizer(config, workdir)
   exp, mesh = Experiment(config, workdir, validated.placement), validated.placement.mesh
   for _, length in exp.final_splits():  # a final evaluation that cannot fit is refused now
     exp.eval_batch_size(length)
