@@ -209,7 +209,7 @@ CASES = [
     Case('predict_empty_input', PREDICT + ('--input={T}/empty.txt',), 'holds no examples',
          workdir='trained'),
     Case('predict_missing_input', PREDICT + ('--input={T}/missing.csv',), 'not found',
-         workdir='trained'),
+         workdir='trained', subprocess=True),
     Case('predict_input_without_the_text_column', PREDICT + ('--input={T}/no_text.csv',),
          "no column 'text'", workdir='trained'),
     # ---------------------------------------------------------------- round three (issue 28)
@@ -574,8 +574,8 @@ def test_predict_never_writes_over_its_input(trained_workdir, tmp_path):
   os.symlink(source, tmp_path / 'symlink.txt')
   os.link(source, tmp_path / 'hardlink.txt')
   for output in ('in.txt', 'symlink.txt', 'hardlink.txt'):
-    proc = run(('predict.py', '--workdir={W}', '--input={I}', '--output={O}'), W=workdir,
-               I=str(source), O=str(tmp_path / output))
+    proc = entry.run(['predict.py', f'--workdir={workdir}', f'--input={source}',
+                      f'--output={tmp_path / output}'])
     assert proc.returncode == 2 and 'is the input' in proc.stderr, proc.stderr[-2000:]
     assert source.read_text() == 'first text\nsecond text\n'
 
@@ -628,7 +628,7 @@ def test_init_from_refusals_leave_a_new_workdir_empty(two_seed_source, tmp_path,
       (broken_run, (), 'has no usable checkpoint'))):
     workdir = tmp_path / f'new{i}'
     workdir.mkdir()
-    proc = run(base + extra, W=str(workdir), S=source)
+    proc = entry.run([a.format(W=workdir, S=source) for a in base + extra])
     assert proc.returncode == 2 and 'Traceback' not in proc.stderr, proc.stderr[-3000:]
     assert phrase in proc.stderr.strip().splitlines()[-1], proc.stderr[-2000:]
     assert set(os.listdir(workdir)) <= {'lock'}, os.listdir(workdir)  # the lock it held
