@@ -1,6 +1,6 @@
 """Shared fixtures: one TFDS data_dir per test process (embedded datasets are generated once),
-and the tiny run config the training tests start from; one persistent compilation cache for the
-session."""
+the tiny run config the training tests start from and one tiny trained workdir; one persistent
+compilation cache for the session."""
 
 import os
 import shutil
@@ -47,6 +47,23 @@ def csv_file(tmp_path_factory):
   path.write_text('text,label\n' + ''.join(f'example {i} {"ab" * (i % 7)},{i % 3}\n'
                                              for i in range(300)))
   return str(path)
+
+
+@pytest.fixture(scope='session')
+def trained_workdir(tmp_path_factory):
+  """(workdir, its CSV): a tiny run of 2 steps on a small CSV (two classes), one checkpoint
+  (step 2). Tests copy it before they change it."""
+  from training import trainer  # pylint: disable=g-import-not-at-top
+  root = tmp_path_factory.mktemp('trained')
+  data_file = str(root / 'train.csv')
+  with open(data_file, 'w') as f:
+    f.write('text,label\n' + ''.join(f'example number {i},{i % 2}\n' for i in range(100)))
+  config = tiny.get_config()
+  config.data.name, config.data.train_files = 'files', data_file
+  config.train.num_steps = config.train.eval_every = config.train.checkpoint_every = 2
+  config.train.log_every = 1
+  trainer.train_and_evaluate(config, str(root / 'run'))
+  return str(root / 'run'), data_file
 
 
 @pytest.fixture(scope='session')

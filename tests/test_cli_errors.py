@@ -248,21 +248,6 @@ CASES = [
 
 
 @pytest.fixture(scope='session')
-def trained_workdir(tmp_path_factory):
-  """(workdir, its CSV): a tiny run of 2 steps on a small CSV, one checkpoint (step 2)."""
-  root = tmp_path_factory.mktemp('trained')
-  data_file = str(root / 'train.csv')
-  with open(data_file, 'w') as f:
-    f.write('text,label\n' + ''.join(f'example number {i},{i % 2}\n' for i in range(100)))
-  config = tiny.get_config()
-  config.data.name, config.data.train_files = 'files', data_file
-  config.train.num_steps = config.train.eval_every = config.train.checkpoint_every = 2
-  config.train.log_every = 1
-  trainer.train_and_evaluate(config, str(root / 'run'))
-  return str(root / 'run'), data_file
-
-
-@pytest.fixture(scope='session')
 def ablation_workdir(tmp_path_factory, tfds_dir):
   """A finished tiny ablation (none and alibi, one seed, 20 steps) run by ``ABLATED``."""
   workdir = str(tmp_path_factory.mktemp('ablation') / 'run')

