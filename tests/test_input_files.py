@@ -1,12 +1,11 @@
 """How data/files.py reads the user's files: lines end at \\n only, UTF-16/UTF-32 is refused,
 TSV files are not quoted by default (data.quoting), and a list field refuses duplicates; then
-predict.py through the real command line on the inputs that used to go wrong."""
+predict.py's command line (run in this process, helpers/entry.py) on the inputs that used to go
+wrong."""
 
 import gzip
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -14,7 +13,8 @@ import settings
 from configs import tiny
 from data import files
 from data.config import DataConfig
-from tests.test_cli_errors import ROOT, snapshot
+from helpers import entry
+from tests.test_cli_errors import snapshot
 from training import trainer
 
 TEXT = files.Columns(text='text', label='')
@@ -185,9 +185,9 @@ def workdir(tmp_path_factory):
 
 
 def _predict(workdir, input_path, output_path):
-  return subprocess.run([sys.executable, 'predict.py', f'--workdir={workdir}',
-                         f'--input={input_path}', f'--output={output_path}'], cwd=ROOT,
-                        capture_output=True, text=True, timeout=300)
+  """predict.py with these flags, in this process (helpers/entry.py)."""
+  return entry.run(['predict.py', f'--workdir={workdir}', f'--input={input_path}',
+                    f'--output={output_path}'])
 
 
 @pytest.mark.parametrize('name, content, count', [

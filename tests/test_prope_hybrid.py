@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -23,6 +20,7 @@ import settings
 import storage
 from configs.default import get_config
 from data import datasets
+from helpers import entry
 from interop import export
 from models import encoder
 from models import positions as positions_lib
@@ -30,7 +28,6 @@ from training import config as config_lib
 from training import evaluation
 from training import init_from
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VOCAB, CLASSES = 30, 3
 SMALL = {'hidden_size': 16, 'num_heads': 2, 'mlp_dim': 32, 'init_std': 0.2}
 PER_LAYER = ('rotary', 'alibi', 't5', 'shaw')
@@ -277,8 +274,7 @@ def test_the_export_script_refuses_a_hybrid_as_a_user_error(tmp_path):
   datasets.save_info(datasets.DatasetInfo(
       name='files', num_classes=2, class_names=('a', 'b'), vocab_size=VOCAB, train_length=16,
       eval_splits={}, num_train_examples=1), str(workdir))
-  proc = subprocess.run([sys.executable, 'scripts/export_hf.py', f'--workdir={workdir}',
-                         f'--out={out}'], cwd=ROOT, capture_output=True, text=True, timeout=600)
+  proc = entry.run(['scripts/export_hf.py', f'--workdir={workdir}', f'--out={out}'])
   assert proc.returncode == 2, proc.stderr[-2000:]
   assert 'cannot express this model: model.nope_layers=(1,)' in proc.stderr
   assert not out.exists()

@@ -23,6 +23,7 @@ import pytest
 
 from data import datasets
 from experiments import cli
+from helpers import entry
 from training import checkpoints, metrics, trainer, validation
 from training.config import run_config as typed
 from training.experiment import Experiment
@@ -370,7 +371,7 @@ def test_second_run_on_a_workdir_refuses(tmp_path, csv_file):
     time.sleep(3)  # let it write config.json etc.
     first.send_signal(signal.SIGSTOP)  # frozen: the workdir cannot change under our feet
     before = tree_hashes(workdir)
-    second = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    second = entry.run(command[1:])  # in this process: the lock is held by another one
     assert second.returncode == 2, second.stderr[-3000:]
     assert 'Traceback' not in second.stderr
     assert re.search(rf'train.py: error: Another run is using the workdir {re.escape(workdir)} '
@@ -421,12 +422,10 @@ def test_nonfinite_stops_naming_the_step_and_keeps_the_last_good_checkpoint(file
 def test_a_run_that_failed_before_any_checkpoint_leaves_the_workdir_reusable(tmp_path, csv_file):
   command = ['train.py', '--config=configs/tiny.py', f'--workdir={tmp_path / "run"}',
              '--config.data.name=files', f'--config.data.train_files={csv_file}']
-  failed = subprocess.run([sys.executable, *command, '--config.optim.learning_rate=1e38',
-                           '--config.optim.grad_clip_norm=0', '--config.optim.warmup_steps=0'],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+  failed = entry.run([*command, '--config.optim.learning_rate=1e38',
+                      '--config.optim.grad_clip_norm=0', '--config.optim.warmup_steps=0'])
   assert failed.returncode == 2 and 'NaN/Inf at step' in failed.stderr, failed.stderr[-3000:]
-  again = subprocess.run([sys.executable, *command], cwd=ROOT, capture_output=True, text=True,
-                         timeout=300)
+  again = entry.run(command)
   assert again.returncode == 0, again.stderr[-3000:]
 
 

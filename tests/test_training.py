@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from data import datasets
+from helpers import entry
 from training import checkpoints, evaluation, metrics, steps, tasks, trainer, validation
 from training.experiment import Experiment
 
@@ -225,8 +226,8 @@ def test_command_line_train_eval_and_overrides(tmp_path, tfds_dir):
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert 'test_128_near' in proc.stdout and 'test_128_far' in proc.stdout
   # A misspelt override is an error (lock_config=True), and nothing is written.
-  proc = run_cli('train.py', '--config=configs/tiny.py', f'--workdir={tmp_path / "typo"}',
-                 '--config.model.positon=alibi')
+  proc = entry.run(['train.py', '--config=configs/tiny.py', f'--workdir={tmp_path / "typo"}',
+                    '--config.model.positon=alibi'])
   assert proc.returncode != 0
   assert 'positon' in proc.stderr
   assert not os.path.exists(tmp_path / 'typo')
