@@ -250,18 +250,19 @@ class Dataset:
                             prefetch=self.prefetch)
 
 
-def eval_splits_for_length(info: DatasetInfo, length: int) -> list[str]:
+def eval_splits_for_length(info: DatasetInfo, length: int, any_length: bool = False
+                           ) -> list[str]:
   """The test splits to evaluate at ``length`` tokens.
 
   Datasets with test splits of several lengths (the probes: ``test``, ``test_128_near``,
   ``test_128_far``, ...) map a length to its splits of exactly that length; other datasets (and
-  language-model corpora) evaluate ``test`` at any length (``eval_batches(...,
-  max_length=length)`` truncates or pads it); ValueError if a dataset has per-length test
-  splits but none of this length.
+  with ``any_length`` a language model's corpus, which packs its test text at the length asked)
+  evaluate ``test`` at any length (``eval_batches(..., max_length=length)`` truncates or pads
+  it); ValueError if a dataset has per-length test splits but none of this length.
   """
   tests = {split: n for split, n in info.eval_splits.items()
            if split == 'test' or split.startswith('test_')}
-  if len(tests) == 1 or info.task != 'classify':  # a corpus packs its test text at any length
+  if len(tests) == 1 or any_length:
     return ['test']
   if chosen := [split for split, n in tests.items() if n == length]:
     return chosen

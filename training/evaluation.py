@@ -200,7 +200,8 @@ def _splits(exp: Experiment, split: str, eval_lengths: Sequence[int]) -> list[tu
   splits = [(split, exp.info.train_length)]
   for length in eval_lengths:
     try:
-      splits += [(name, length) for name in datasets.eval_splits_for_length(exp.info, length)]
+      splits += [(name, length) for name in datasets.eval_splits_for_length(
+          exp.info, length, any_length=exp.kind.language_model)]
     except ValueError as e:
       lengths = sorted({n for k, n in exp.info.eval_splits.items() if k.startswith('test')})
       raise ValueError(f'--eval_lengths: {e}. {exp.info.name} is evaluated beyond training '
