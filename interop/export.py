@@ -17,6 +17,7 @@ from data import tokenizers
 from interop.hf import (CONFIG_NAME, HF_LAYOUT, HF_ROPE_BASE, WEIGHT_NAMES, permute_layout,
                         sinusoidal_table)
 from models.config import ModelConfig
+from models.positions import Rotary
 
 WEIGHTS_NAME = WEIGHT_NAMES[0]  # model.safetensors: what transformers reads without pickle
 EXPORTED_FILES = (CONFIG_NAME, WEIGHTS_NAME, tokenizers.HF_TOKENIZER_FILE,
@@ -34,7 +35,8 @@ def check_exportable(cfg: ModelConfig) -> None:
   rope_cfg = cfg.rope
   problems = [
       f'{name}={value!r} (HF: {want!r})' for name, value, want in (
-          ('model.position', cfg.position, 'rotary'), ('model.attention', cfg.attention, 'softmax'),
+          ('model.position', cfg.position, Rotary.name),
+          ('model.attention', cfg.attention, 'softmax'),
           ('model.norm', cfg.norm, 'post'), ('model.pooling', cfg.pooling, 'cls'),
           ('model.dual_encoder', cfg.dual_encoder, False),
           ('rope.base', rope_cfg.base, HF_ROPE_BASE), ('rope.scaling', rope_cfg.scaling, 'none'),

@@ -41,6 +41,7 @@ import storage
 from data import tokenizers
 from models.config import ModelConfig
 from models.encoder import Classifier, init
+from models.positions import Rotary
 
 CONFIG_NAME = 'config.json'
 WEIGHT_NAMES = ('model.safetensors', 'model.safetensors.index.json', 'pytorch_model.bin',
@@ -158,7 +159,7 @@ def hf_fields(c: Mapping[str, Any], *,
   _check_supported(c)
   hidden = c['hidden_size']
   model = dict(
-      position='rotary', attention='softmax', num_layers=c['num_hidden_layers'],
+      position=Rotary.name, attention='softmax', num_layers=c['num_hidden_layers'],
       hidden_size=hidden, num_heads=c['num_attention_heads'], mlp_dim=c['intermediate_size'],
       embedding_size=c.get('embedding_size') or hidden,
       dropout_rate=float(c.get('hidden_dropout_prob', 0.1)),
@@ -321,7 +322,7 @@ def convert_state_dict(state_dict: Mapping[str, np.ndarray], cfg: ModelConfig, *
   """HF RoFormer tensors (torch names and layouts) -> this model's float32 params for ``cfg``;
   ``init_params`` (a fresh model's pure params dict) gives the classification head when the
   checkpoint has none. A missing tensor or a shape mismatch raises, naming the parameter."""
-  if (cfg.position != 'rotary' or cfg.attention != 'softmax' or cfg.norm != 'post'
+  if (cfg.position != Rotary.name or cfg.attention != 'softmax' or cfg.norm != 'post'
       or cfg.dual_encoder):
     raise ValueError('HF RoFormer is a post-LN softmax encoder with rotary positions and one '
                      f'input; got position={cfg.position!r}, attention={cfg.attention!r}, '

@@ -33,15 +33,21 @@ ATTENTION_KINDS = ('softmax', 'linear')
 # kernels splash and pallas_flash: ``models.attention.pallas_attention``).
 ATTENTION_IMPLEMENTATIONS = ('auto', 'explicit', 'xla', 'cudnn', 'chunked', 'splash',
                              'pallas_flash')
-# The position schemes each Pallas kernel computes exactly. Neither forms the probabilities (no
-# Shaw value term, no probability dropout); splash takes no logits bias, flash_attention an
-# additive one (alibi, t5, shaw's q.a^K term). Schemes that act on q, k or the embeddings fit both.
-PALLAS_SCHEMES = {
-    'splash': ('none', 'sinusoidal', 'learned', 'rotary'),
-    'pallas_flash': ('none', 'sinusoidal', 'learned', 'rotary', 'alibi', 't5', 'shaw'),
-}
+# The Pallas TPU kernels and what each cannot compute; which schemes each computes exactly is the
+# schemes' own declaration (``models.positions.PositionScheme.pallas_kernels``).
 _PALLAS_LIMITS = {'splash': 'it takes no bias on the attention logits',
                   'pallas_flash': 'it takes one additive logits bias and forms no probabilities'}
+
+
+def _pallas_fits(kernel: str) -> tuple[str, ...]:
+  """The schemes that Pallas ``kernel`` computes exactly, in the registry's order."""
+  return tuple(name for name, scheme in positions.SCHEMES.items()
+               if kernel in scheme.pallas_kernels)
+
+
+# The position schemes each Pallas kernel computes exactly (its keys: the Pallas kernels), as the
+# schemes registered with models.positions declare it; the checks ask the schemes themselves.
+PALLAS_SCHEMES = {kernel: _pallas_fits(kernel) for kernel in _PALLAS_LIMITS}
 NORMS = ('post', 'pre')
 POOLINGS = ('cls', 'mean')
 DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
@@ -231,19 +237,22 @@ class ModelConfig(ModelSettings):
     if self.attention_dropout_rate > 0:
       raise ValueError(f'model.attention_dropout_rate must be 0 with model.attention_impl={impl} '
                        '(the kernel never forms the probabilities); use explicit.')
-    schemes = PALLAS_SCHEMES[impl]
-    if self.position in positions.SCHEMES and self.position not in schemes:
-      others = [name for name, fits in PALLAS_SCHEMES.items() if self.position in fits]
+    scheme = positions.SCHEMES.get(self.position)
+    if scheme is None:  # positions.validate names the valid choices
+      return
+    if impl not in scheme.pallas_kernels:
+      schemes = _pallas_fits(impl)
+      others = [kernel for kernel in _PALLAS_LIMITS if kernel in scheme.pallas_kernels]
       raise ValueError(
           f'model.position={self.position!r} cannot run on model.attention_impl={impl} '
           f'({_PALLAS_LIMITS[impl]}): with {impl} valid choices are: {", ".join(schemes)}. '
           f'For {self.position!r} use model.attention_impl='
           f'{", ".join(others + ["explicit", "xla"])} or chunked.')
-    if self.shaw_values and self.position == 'shaw':
-      raise ValueError(f"model.position='shaw' with model.shaw_values=True adds a value term "
-                       f'from the probabilities, which model.attention_impl={impl} never forms; '
-                       'set model.shaw_values=False or use model.attention_impl=explicit, xla '
-                       'or chunked.')
+    if self.shaw_values and 'model.shaw_values' in scheme.options:
+      raise ValueError(f'model.position={self.position!r} with model.shaw_values=True adds a '
+                       f'value term from the probabilities, which model.attention_impl={impl} '
+                       'never forms; set model.shaw_values=False or use '
+                       'model.attention_impl=explicit, xla or chunked.')
 
   def _check_nope_layers(self) -> None:
     """The per-layer hybrid (``model.nope_layers`` / ``nope_interval``) fits this model."""
@@ -264,13 +273,14 @@ class ModelConfig(ModelSettings):
     if interval > n:  # a setting that silently changes nothing
       raise ValueError(f'{field} makes no layer of the {n} NoPE ((i + 1) % {interval} == 0 for '
                        f'none of i = 0 .. {n - 1}); lower it or set it to 0.')
-    per_layer = [name for name, scheme in positions.SCHEMES.items() if name != 'none'
+    per_layer = [name for name, scheme in positions.SCHEMES.items() if scheme.adds_positions
                  and scheme.embed is positions.PositionScheme.embed]
     if self.position not in per_layer:
       raise ValueError(
           f'{field} removes a scheme\'s per-layer terms (rotation, logits bias, value term), '
           f'but model.position={self.position!r} has none: '
-          + ('it adds no position information. ' if self.position == 'none' else
+          + ('it adds no position information. '
+             if not positions.SCHEMES[self.position].adds_positions else
              'it adds positions to the embeddings, which every layer reads through the residual '
              'stream. ')
           + f'With NoPE layers valid choices are: {", ".join(per_layer)}; or reset '

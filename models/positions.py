@@ -138,6 +138,16 @@ class PositionScheme(nnx.Module):
   reads_positions: ClassVar[bool] = True
   # False: the scheme cannot run in blocks of keys (model.attention_impl=chunked).
   supports_chunked: ClassVar[bool] = True
+  # False: the scheme adds no position information at all (nothing for a NoPE layer to drop).
+  adds_positions: ClassVar[bool] = True
+  # True: positions 0 .. model.max_length - 1 only (a learned table of that many rows): longer
+  # inputs raise, and model.max_length shapes the parameters, so a fine-tune must keep it.
+  has_max_length: ClassVar[bool] = False
+  # The Pallas TPU kernels (model.attention_impl) that compute this scheme exactly. Neither forms
+  # the probabilities (no value term, no probability dropout); splash takes no logits bias,
+  # pallas_flash one additive bias. Schemes that act on q, k or the embeddings fit both.
+  pallas_kernels: ClassVar[tuple[str, ...]] = ()
+  name: ClassVar[str]  # the model.position it is registered under (``register``)
 
   def __init__(self, cfg, *, rngs: nnx.Rngs):
     del cfg, rngs
@@ -168,7 +178,7 @@ SCHEMES: dict[str, type[PositionScheme]] = {}
 def register(name: str, *, supports_linear: bool = True, options: tuple[str, ...] = ()):
   """Class decorator adding a scheme to ``SCHEMES`` under ``name``."""
   def add(cls: type[PositionScheme]) -> type[PositionScheme]:
-    cls.supports_linear, cls.options = supports_linear, options
+    cls.name, cls.supports_linear, cls.options = name, supports_linear, options
     SCHEMES[name] = cls
     return cls
   return add
@@ -204,6 +214,12 @@ def reads_positions(name: str) -> bool:
   return name not in SCHEMES or SCHEMES[name].reads_positions
 
 
+def has_max_length(name: str) -> bool:
+  """Whether scheme ``name`` stops at ``model.max_length`` (``PositionScheme.has_max_length``);
+  a name that is no scheme gives False, so that the config's validation is what reports it."""
+  return name in SCHEMES and SCHEMES[name].has_max_length
+
+
 def build(cfg, *, rngs: nnx.Rngs) -> PositionScheme:
   """The scheme named by ``cfg.position``."""
   return SCHEMES[cfg.position](cfg, rngs=rngs)
@@ -214,6 +230,8 @@ class NoPositions(PositionScheme):
   """No position information: the sanity baseline (attention sees a bag of tokens)."""
 
   reads_positions = False
+  adds_positions = False
+  pallas_kernels = ('splash', 'pallas_flash')
 
 
 def sinusoidal_table(positions_BxL: jax.Array, width: int) -> jax.Array:
@@ -228,6 +246,8 @@ def sinusoidal_table(positions_BxL: jax.Array, width: int) -> jax.Array:
 @register('sinusoidal')
 class Sinusoidal(PositionScheme):
   """Fixed sinusoidal embeddings added to the token embeddings (Vaswani et al. 2017, 3.5)."""
+
+  pallas_kernels = ('splash', 'pallas_flash')
 
   def __init__(self, cfg, *, rngs: nnx.Rngs):
     del rngs
@@ -254,6 +274,9 @@ class Learned(PositionScheme):
   """Learned absolute embeddings for positions 0 .. max_length - 1 (BERT, Devlin et al. 2019).
   A longer sequence raises at trace time; a (traced) position outside [0, max_length) gets a NaN
   embedding, never a silently clipped row."""
+
+  has_max_length = True
+  pallas_kernels = ('splash', 'pallas_flash')
 
   def __init__(self, cfg, *, rngs: nnx.Rngs):
     self.max_length = cfg.max_length
@@ -328,6 +351,8 @@ class PerLayer(PositionScheme):
 class Shaw(PerLayer):
   """Relative position representations on keys (and values), clipped at +-k, per layer (Shaw,
   Uszkoreit and Vaswani 2018)."""
+
+  pallas_kernels = ('pallas_flash',)  # the q.a^K term; the a^V term refuses Pallas (config)
 
   @classmethod
   def check(cls, cfg) -> None:
@@ -428,6 +453,8 @@ class T5(PairBias):
   """A learned scalar per (bucketed relative distance, head), shared by all layers (Raffel et
   al. 2020, section 2.1)."""
 
+  pallas_kernels = ('pallas_flash',)
+
   def __init__(self, cfg, *, rngs: nnx.Rngs):
     super().__init__(cfg, t5_bias, (cfg.t5_num_buckets, cfg.t5_max_distance, not cfg.causal))
     self.embedding = nnx.Param(
@@ -455,6 +482,8 @@ class ALiBi(PairBias):
   """Fixed linear biases -slope_h |j - i| (Press, Smith and Lewis 2022), in the symmetric form
   for a bidirectional encoder; under the causal mask it is the paper's causal form."""
 
+  pallas_kernels = ('pallas_flash',)
+
   def __init__(self, cfg, *, rngs: nnx.Rngs):
     del rngs
     super().__init__(cfg, alibi_bias)
@@ -480,6 +509,8 @@ class RotaryHooks(LayerHooks):
                              'rope.rotary_value'))
 class Rotary(PositionScheme):
   """RoPE (Su et al. 2021) with every ``rope`` option; values too with ``rope.rotary_value``."""
+
+  pallas_kernels = ('splash', 'pallas_flash')
 
   def __init__(self, cfg, *, rngs: nnx.Rngs):
     del rngs

@@ -270,6 +270,40 @@ def test_learned_position_values_out_of_range_are_nan():
   assert np.isnan(model(ids, pos, mask)).all()
 
 
+def test_every_scheme_declares_its_facts():
+  """What the rest of the code asks about a scheme (its Pallas kernels, a length limit, whether
+  it adds positions at all, its name) is declared on the scheme, not compared by name."""
+  for name, scheme in models.SCHEMES.items():
+    assert scheme.name == name
+    assert isinstance(scheme.adds_positions, bool) and isinstance(scheme.has_max_length, bool)
+    assert set(scheme.pallas_kernels) <= set(models.config.PALLAS_SCHEMES), name
+    assert models.has_max_length(name) == scheme.has_max_length
+  assert [n for n, s in models.SCHEMES.items() if s.has_max_length] == ['learned']
+  assert [n for n, s in models.SCHEMES.items() if not s.adds_positions] == ['none']
+  assert not models.has_max_length('fourier')  # not a scheme: validation reports it
+
+
+def test_nope_and_length_facts_are_read_from_the_scheme(monkeypatch):
+  """A NoPE hybrid's refusal and the model.max_length checks (the run config's, evaluation's, a
+  fine-tune's carried fields) ask the scheme, not its name."""
+  # training sits above models: imported here only, for the checks that ask the scheme
+  from training import carry, config as run_config_lib, evaluation
+  with pytest.raises(ValueError, match='it adds no position information'):
+    make_cfg(position='none', nope_interval=2)
+  monkeypatch.setattr(positions_lib.NoPositions, 'adds_positions', True)
+  make_cfg(position='none', nope_interval=2)  # now a per-layer scheme (of empty hooks)
+  config = get_config()
+  config.model.update(position='alibi', max_length=8)
+  run = run_config_lib.run_config(config)
+  assert 'model.max_length' not in carry.shaping_fields(run)
+  monkeypatch.setattr(positions_lib.ALiBi, 'has_max_length', True)
+  assert 'model.max_length' in carry.shaping_fields(run)
+  with pytest.raises(ValueError, match=r'model\.position=alibi has no embedding'):
+    run.check_model()
+  with pytest.raises(ValueError, match=r'model\.position=alibi\) has position embeddings for 8'):
+    evaluation._check_lengths(run, [16])  # pylint: disable=protected-access
+
+
 @pytest.mark.parametrize('overrides, message', [
     ({'position': 'fourier'}, 'model.position.*none, sinusoidal, learned, shaw, t5, alibi, rotary'),
     ({'attention': 'performer'}, 'model.attention.*softmax, linear'),

@@ -194,6 +194,21 @@ def test_splash_accepts_the_schemes_on_queries_keys_and_embeddings():
   make_cfg(position='rotary', attention_impl='splash', **{'rope.rotary_value': True})
 
 
+def test_pallas_support_is_read_from_the_scheme(monkeypatch):
+  """Each scheme declares the kernels that compute it (``pallas_kernels``); the config asks it."""
+  assert models.config.PALLAS_SCHEMES == {
+      'splash': ('none', 'sinusoidal', 'learned', 'rotary'),
+      'pallas_flash': ('none', 'sinusoidal', 'learned', 'shaw', 't5', 'alibi', 'rotary')}
+  monkeypatch.setattr(positions_lib.ALiBi, 'pallas_kernels', ('splash', 'pallas_flash'))
+  make_cfg(position='alibi', attention_impl='splash')
+  monkeypatch.setattr(positions_lib.Rotary, 'pallas_kernels', ('pallas_flash',))
+  with pytest.raises(ValueError, match=(
+      r"'rotary' cannot run on model.attention_impl=splash \(.*\): with splash valid choices "
+      r"are: none, sinusoidal, learned, alibi\. For 'rotary' use "
+      r'model.attention_impl=pallas_flash, explicit, xla or chunked\.')):
+    make_cfg(position='rotary', attention_impl='splash')
+
+
 def test_pallas_on_several_devices_is_refused():
   """The kernels are not wrapped in shard_map: a mesh of several devices is refused by name."""
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -15,6 +15,7 @@ from typing import Any, Collection
 
 import ml_collections
 
+import models
 import settings
 import storage
 from training import validation
@@ -28,9 +29,10 @@ _TOKENIZER = {'wordpiece': 'huggingface', 'bpe': 'huggingface'}
 
 
 def shaping_fields(source: RunConfig) -> tuple[str, ...]:
-  """The fields of ``source`` that shape its parameters: the PARAMETERS role, and with
-  model.position=learned the length of its table (model.max_length)."""
-  return PARAMETER_FIELDS + (('model.max_length',) if source.model.position == 'learned' else ())
+  """The fields of ``source`` that shape its parameters: the PARAMETERS role, and with a scheme
+  that stops at model.max_length (learned's table) that length."""
+  return PARAMETER_FIELDS + (('model.max_length',) if models.has_max_length(source.model.position)
+                             else ())
 
 
 def carried(source: RunConfig, explicit: Collection[str] = ()) -> dict[str, Any]:

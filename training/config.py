@@ -204,9 +204,9 @@ class RunConfig:
     # Randomized positions reach N - 1: the authors' learned table has N rows.
     needed, field = max((d.max_length, 'data.max_length'),
                         (d.random_positions, 'data.random_positions'))
-    if cfg.position == 'learned' and cfg.max_length < needed:
+    if models.has_max_length(cfg.position) and cfg.max_length < needed:
       raise ValueError(f'model.max_length={cfg.max_length} is shorter than {field}={needed}: '
-                       'model.position=learned has no embedding for the later positions. '
+                       f'model.position={cfg.position} has no embedding for the later positions. '
                        f'Raise model.max_length to {needed}.')
     if cfg.language_model:
       if d.pairs:

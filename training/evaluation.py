@@ -10,6 +10,7 @@ from typing import Any, Sequence
 import jax
 import numpy as np
 
+import models
 import rope
 import settings
 import storage
@@ -172,12 +173,13 @@ def _check_lengths(config: RunConfig, eval_lengths: Sequence[int]) -> None:
     raise ValueError(f'This model was trained with data.random_positions={positions}: positions '
                      f'are drawn from 0 .. {positions - 1}, so it cannot be evaluated at '
                      f'{max(eval_lengths)} tokens. Evaluate at lengths <= {positions}.')
-  too_long = [n for n in eval_lengths if n > config.model.max_length]
-  if config.model.position == 'learned' and too_long:
-    raise ValueError(f'This model (model.position=learned) has position embeddings for '
-                     f'{config.model.max_length} tokens (model.max_length), so it cannot be '
+  model = config.model
+  too_long = [n for n in eval_lengths if n > model.max_length]
+  if models.has_max_length(model.position) and too_long:
+    raise ValueError(f'This model (model.position={model.position}) has position embeddings for '
+                     f'{model.max_length} tokens (model.max_length), so it cannot be '
                      f'evaluated at {", ".join(map(str, too_long))}. Evaluate at lengths <= '
-                     f'{config.model.max_length}, or train with a larger --config.model.max_length;'
+                     f'{model.max_length}, or train with a larger --config.model.max_length;'
                      ' schemes without a length limit (e.g. rotary, alibi) extrapolate.')
 
 
