@@ -4,10 +4,11 @@ Every case must end with exit status 2 and one paragraph on stderr (``<program>:
 holding the case's key phrase, with no traceback, and must leave whatever was already in the
 workdir unchanged. docs/reliability.md lists the cases.
 
-The cases run the entry point in this process (helpers/entry.py: the same argv, exit status and
-output, without a Python, JAX and TensorFlow start-up each); one per entry point, and those that
-need a simulated device count ($XLA_FLAGS), run as real subprocesses, as do the start-up test
-and the successful runs below.
+The cases, and the runs below that must stay correct, run the entry point in this process
+(helpers/entry.py: the same argv, exit status and output, without a Python, JAX and TensorFlow
+start-up each). Real subprocesses: one case per entry point (train.py and eval.py: the start-up
+test), the cases that need a simulated device count ($XLA_FLAGS), the finished ablation the
+'ablation_done' cases copy and one predict.py run.
 """
 
 import dataclasses
@@ -378,6 +379,12 @@ def test_bad_input_is_answered_clearly(case, tmp_path, tfds_dir, request, monkey
 
 # ---------------------------------------------------------------- runs that must stay correct
 def run(argv, **fmt):
+  """``python *argv``, run in this process (helpers/entry.py)."""
+  return entry.run([a.format(**fmt) for a in argv])
+
+
+def spawn(argv, **fmt):
+  """``python *argv`` in a real process: the start-up test and predict.py's smoke test."""
   return subprocess.run([sys.executable, *[a.format(**fmt) for a in argv]], cwd=ROOT,
                         capture_output=True, text=True, timeout=600)
 
@@ -499,9 +506,9 @@ def test_predict_reads_every_format_and_keeps_the_order(trained_workdir, tmp_pat
     assert p['label'] == max(p['probabilities'], key=p['probabilities'].get)
   (tmp_path / 'reversed.txt').write_text(''.join(t + '\n' for t in texts[::-1]))
   assert list(prediction.predict(workdir, str(tmp_path / 'reversed.txt'))) == first[::-1]
-  proc = run(('predict.py', '--workdir={W}', '--input={I}', '--output={O}',
-              '--checkpoint=latest'), W=workdir, I=str(tmp_path / 'in.jsonl'),
-             O=str(tmp_path / 'out' / 'p.jsonl'))
+  proc = spawn(('predict.py', '--workdir={W}', '--input={I}', '--output={O}',
+                '--checkpoint=latest'), W=workdir, I=str(tmp_path / 'in.jsonl'),
+               O=str(tmp_path / 'out' / 'p.jsonl'))
   assert proc.returncode == 0, proc.stderr[-3000:]
   lines = (tmp_path / 'out' / 'p.jsonl').read_text().splitlines()
   assert [json.loads(line) for line in lines] == first
@@ -568,7 +575,7 @@ def test_predict_never_writes_over_its_input(trained_workdir, tmp_path):
 def test_start_up_prints_only_the_error(tmp_path):
   """No TensorFlow or absl start-up lines: a user error is the only line on stderr."""
   for argv in (TRAIN + ('--config.model.position=rotray',), EVAL):
-    proc = run(argv, W=str(tmp_path / 'missing'), D=str(tmp_path / 'tfds'))
+    proc = spawn(argv, W=str(tmp_path / 'missing'), D=str(tmp_path / 'tfds'))
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert proc.stdout == ''
