@@ -76,10 +76,9 @@ def grid_kind(config: ml_collections.ConfigDict) -> Grid:
 class AblationConfig:
   """The ``ablation`` group: the grid, datasets outermost, and how it is reported."""
 
-  # The field under study: model.position values.
-  positions: tuple[str, ...] = settings.setting(
-      ('none', 'sinusoidal', 'learned', 'shaw', 't5', 'alibi', 'rotary'), R, items=str,
-      example='rotary,alibi')
+  # The field under study: model.position values (default: every scheme).
+  positions: tuple[str, ...] = settings.setting(tuple(models.SCHEMES), R, items=str,
+                                                example='rotary,alibi')
   # Rows that are a scheme with other fields changed, each `name:position:field=value[:...]`
   # (e.g. p-RoPE, `p_rope:rotary:rope.p=0.75`); `name` is the row, after the positions.
   variants: tuple[str, ...] = settings.setting((), R, items=str,
@@ -104,7 +103,7 @@ class AblationConfig:
   # Seeds per run, trained together (paired across schemes).
   num_seeds: int = settings.setting(8, R)
   # Scheme the others are compared with (paired tests, Holm-corrected).
-  reference: str = settings.setting('rotary', R)
+  reference: str = settings.setting(models.positions.Rotary.name, R)
   report_memory: bool = settings.setting(False, T)  # Also report each run's train-step memory.
   # Runs trained at once on a CPU machine, each in its own process: compiling is single-threaded
   # and a small model's steps leave cores idle, so 2 on 2 cores finish a pair of runs in 0.6x

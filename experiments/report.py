@@ -23,10 +23,13 @@ import jax
 import numpy as np
 import optax
 
+import models
+from models import positions
 import storage
 from experiments import plots
 from experiments import stats
 from training import metrics as metrics_lib
+from training import tasks
 from training.trainer import SUMMARY_FILE
 
 NOT_APPLICABLE_FILE = 'not_applicable.json'
@@ -65,7 +68,7 @@ class Run:
 
   @property
   def language_model(self) -> bool:
-    return bool(self.summary) and self.summary.get('task', 'classify') != 'classify'
+    return bool(self.summary) and tasks.KINDS[self.summary.get('task', 'classify')].language_model
 
   def _chosen(self, split: str, key: str) -> np.ndarray | None:
     """The chosen members' ``key`` on ``split`` (seed order), or None if not evaluated."""
@@ -255,7 +258,9 @@ def budget_table(runs: Sequence[Run]) -> str:
   curves = [learning_curve(r) for r in done]  # each run's metrics.jsonl read once
   best = max((float(np.nanmax(np.nanmean(acc, axis=0))) for _, acc in curves if acc.size),
              default=float('nan'))
-  none = next((r.summary['step_time_s'] for r in done if r.position == 'none'), None)
+  none = next((r.summary['step_time_s'] for r in done  # the scheme without positions
+               if r.position in models.SCHEMES and not models.SCHEMES[r.position].adds_positions),
+              None)
   solved = solved_seeds(done)
   header = (['scheme', 'rates tried', 'chosen'] + [f'steps to {t:.0%} of {100 * best:.1f}%'
                                                    for t in THRESHOLDS]
@@ -424,7 +429,7 @@ def _language_model_section(out_dir: str, dataset: str, runs: Sequence[Run],
 
 
 def write_report(out_dir: str, runs: Sequence[Run], *, command: str, config_json: str,
-                 reference: str = 'rotary', extra: str = '',
+                 reference: str = positions.Rotary.name, extra: str = '',
                  sections: Sequence[str] = ()) -> str:
   """Writes report.md, results.csv, results.json and the plots into out_dir, with the lines of
   the ``sections`` projects add (``ablation.SECTIONS``) after the datasets'; returns the md."""

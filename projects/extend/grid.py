@@ -20,6 +20,7 @@ import jax
 import ml_collections
 import numpy as np
 
+from models import positions
 import rope
 import settings
 import storage
@@ -73,7 +74,7 @@ def check(config: ml_collections.ConfigDict) -> tuple[tuple[str, ...], tuple[int
     raise ValueError(f'extend.lengths={",".join(map(str, e.lengths))!r}: give comma-separated '
                      'evaluation lengths above the training length '
                      f'data.max_length={train.data.max_length}.')
-  if train.model.position != 'rotary':
+  if train.model.position != positions.Rotary.name:
     raise ValueError(f'model.position={train.model.position!r}: the extension study varies '
                      "RoPE's scaling, so it needs model.position=rotary.")
   return e.variants, e.lengths

@@ -33,6 +33,7 @@ import ml_collections
 import numpy as np
 
 import models
+from models import positions
 import settings
 import storage
 from experiments import ablation
@@ -60,7 +61,7 @@ class TwoStageConfig:
 
   # Claim (d), RoFormer at 1024 tokens against BERT at 512: with several ablation.max_lengths,
   # each pre-trained scheme at each longer length is compared with this scheme at the shortest.
-  length_baseline: str = settings.setting('learned', R)
+  length_baseline: str = settings.setting(positions.Learned.name, R)
 
   def __post_init__(self):
     if self.length_baseline not in models.SCHEMES:
@@ -157,7 +158,7 @@ def check_grid(config: ml_collections.ConfigDict, workdir: str) -> list[StageCel
   workdir = validation.check_workdir(workdir)
   options(config)
   grid = ablation.grid(config)
-  if 'none' not in grid.positions:
+  if positions.NoPositions.name not in grid.positions:
     raise ValueError('ablation.positions of a two-stage grid must include none: the control '
                      'that every scheme is measured against, pre-trained and from scratch. Add it '
                      f'(--config.ablation.positions={",".join(grid.positions)},none).')
