@@ -26,8 +26,9 @@ from models import positions
 
 # What the model is trained to do (``train.task``): classify a text, or language modelling, masked
 # (BERT's MLM, bidirectional) or causal (next token, causal attention), with an output layer tied
-# to the token embeddings.
-TASKS = ('classify', 'mlm', 'clm')
+# to the token embeddings: train.task -> (a language-modelling head, causal attention).
+TASK_MODELS = {'classify': (False, False), 'mlm': (True, False), 'clm': (True, True)}
+TASKS = tuple(TASK_MODELS)
 ATTENTION_KINDS = ('softmax', 'linear')
 # How softmax attention is computed (``models.attention.dot_product_attention``; the Pallas TPU
 # kernels splash and pallas_flash: ``models.attention.pallas_attention``).
@@ -296,12 +297,12 @@ class ModelConfig(ModelSettings):
   @property
   def language_model(self) -> bool:
     """Trained with a language-modelling head (``train.task`` mlm or clm), not a classifier."""
-    return self.task != 'classify'
+    return TASK_MODELS[self.task][0]
 
   @property
   def causal(self) -> bool:
     """Each position attends only to itself and earlier ones (``train.task=clm``)."""
-    return self.task == 'clm'
+    return TASK_MODELS[self.task][1]
 
   @property
   def initializer(self):
