@@ -88,7 +88,7 @@ class ModelSettings:
   size: str = settings.setting('tiny', P)
   # Position scheme: none | sinusoidal | learned | shaw | t5 | alibi | rotary | kerple_log |
   # kerple_power | fire | cope (docs/model.md#position-schemes-after-2022).
-  position: str = settings.setting('rotary', P)
+  position: str = settings.setting(positions.Rotary.name, P)
   # Per-layer hybrids: these layers (0-based) get no position information (NoPE), the others the
   # scheme's hooks (rotation, logits bias, value term); schemes that add to the embeddings
   # (sinusoidal, learned) reach every layer through the residual stream, so they refuse it.

@@ -173,7 +173,7 @@ class RunConfig:
   model cannot be built (e.g. a bias scheme with linear attention) not applicable."""
 
   model: ModelSettings = dataclasses.field(default_factory=ModelSettings)
-  # Rotary options (model.position == 'rotary'): rope.RopeConfig, with the paper's defaults.
+  # Rotary options (RoPE's model.position): rope.RopeConfig, with the paper's defaults.
   rope: rope.RopeConfig = dataclasses.field(default_factory=rope.RopeConfig)
   optim: OptimConfig = dataclasses.field(default_factory=OptimConfig)
   data: DataConfig = dataclasses.field(default_factory=DataConfig)
