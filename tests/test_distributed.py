@@ -180,6 +180,10 @@ def test_sigterm_to_one_process_saves_one_step_and_resumes(tmp_path, data_dir):
   assert _train_records(workdir)[-1]['step'] == steps[0] + 2
 
 
+# ~35 s. Kept in the default run by test_sigterm_to_one_process_saves_one_step_and_resumes (a
+# SIGTERM mid-run: exit 0, one step saved and named, the next start resumes from it) and
+# test_reliability's test_sigterm_during_start_up_saves_and_exits_0 (one process).
+@pytest.mark.slow
 def test_sigterm_single_process_saves_exits_0_and_resumes(tmp_path, data_dir):
   workdir = str(tmp_path / 'term')
   long_run = ('--config.mesh.fsdp=1', '--config.train.log_every=1',
