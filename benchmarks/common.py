@@ -34,6 +34,7 @@ from training import steps
 from training import tasks
 from training import trainer
 from training import validation
+from training.config import run_config
 
 # The XLA flags the project's runs start with (entry points: experiments/cli.py); both programs
 # of a comparison run under them, ours and the peer's.
@@ -229,7 +230,7 @@ def _our_parts(c):
                                         jax.random.PRNGKey(0))[0]
   tx, schedule = optim.make_optimizer(c.optim, c.train.num_steps)
   static = steps.Static(graphdef(cfg), graphdef(cfg.replace(deterministic=True)), tx, schedule,
-                        tasks.of(c), c.optim.grad_accum_steps, c.train.skip_nonfinite)
+                        tasks.of(run_config(c)), c.optim.grad_accum_steps, c.train.skip_nonfinite)
   return (cfg, tx, functools.partial(steps.train_step, static=static),
           functools.partial(steps.eval_step, static=static))
 

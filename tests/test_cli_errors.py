@@ -465,11 +465,12 @@ def test_spreadsheet_and_compressed_files_train(tmp_path):
 
 
 def test_lra_retrieval_config_trains_on_release_format_files(tmp_path):
-  """configs/lra/retrieval.py, shrunk, trains and tests on headerless AAN-format pair files."""
+  """projects/lra/configs/retrieval.py, shrunk, trains and tests on headerless AAN-format pair
+  files."""
   path = tmp_path / 'new_aan_pairs.train.tsv'
   path.write_text(''.join(f'{i % 2}\tid{i}\tid{i + 1}\tpaper {i} text\tpaper {i % 2} cited\n'
                           for i in range(40)))
-  proc = run(('train.py', '--config=configs/lra/retrieval.py', '--workdir={W}',
+  proc = run(('train.py', '--config=projects/lra/configs/retrieval.py', '--workdir={W}',
               '--config.data.train_files={F}', '--config.data.max_length=24',
               '--config.model.max_length=24', '--config.model.size=tiny',
               '--config.model.num_layers=1', '--config.model.hidden_size=16',

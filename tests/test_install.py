@@ -33,7 +33,8 @@ def test_pip_install_editable_on_a_clean_copy(tmp_path):
   assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
   check = subprocess.run(
       [python, '-c', 'import importlib.util, train, rope, models, data, training, experiments, '
-       'configs.ablation.probes, configs.lra; print(rope.__file__); '
+       'configs.ablation.probes, projects.chomsky, projects.lra.configs.text; '
+       'print(rope.__file__); '
        'assert all(importlib.util.find_spec(m) for m in ("eval", "ablate", "predict"))'],
       cwd=tmp_path, capture_output=True, text=True, timeout=300)
   assert check.returncode == 0, check.stderr[-3000:]
