@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -16,6 +14,7 @@ from configs import tiny
 from projects.two_stage.configs import manpages as two_stage_config
 from experiments import ablation
 from experiments import report
+from helpers import entry
 from projects.two_stage import grid as two_stage
 import settings
 from training import carry
@@ -24,7 +23,6 @@ from training import trainer
 from training import validation
 from training.config import run_config
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORDS = 'the cat sat on a mat while rotary position embeddings encode relative distance'.split()
 
 
@@ -203,11 +201,10 @@ def test_train_py_takes_the_model_from_init_from(tmp_path, csv_file):
   the source's alibi, not the config file's rotary), so the refusal names that field alone."""
   source = source_workdir(tmp_path / 'source', **{'model.position': 'alibi',
                                                   'model.hidden_size': 32, 'model.num_heads': 2})
-  proc = subprocess.run(
-      [sys.executable, 'train.py', '--config=configs/tiny.py', f'--workdir={tmp_path / "new"}',
+  proc = entry.run(  # in this process (helpers/entry.py)
+      ['train.py', '--config=configs/tiny.py', f'--workdir={tmp_path / "new"}',
        '--config.data.name=files', f'--config.data.train_files={csv_file}',
-       f'--config.train.init_from={source}', '--config.model.hidden_size=48'],
-      cwd=ROOT, capture_output=True, text=True, timeout=300)
+       f'--config.train.init_from={source}', '--config.model.hidden_size=48'])
   assert proc.returncode == 2, proc.stderr[-3000:]
   error = proc.stderr.strip().splitlines()[-1]
   assert 'model.hidden_size (32 there, 48 here)' in error and 'model.position' not in error
