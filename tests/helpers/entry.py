@@ -15,6 +15,7 @@ for (or ``os._exit`` past) threads still running, which would end the test proce
 one-time start-up does not rename the process or re-enable faulthandler. An exception other than
 SystemExit is printed as a traceback on the captured stderr with status 1, as Python would.
 """
+# pylint: disable=protected-access  (absl's one-time start-up state, cli._exit)
 
 from __future__ import annotations
 
@@ -92,9 +93,9 @@ def _restored(argv: Sequence[str], env: dict[str, str] | None) -> Iterator[None]
       absl_stream=absl_logging.get_absl_handler().python_handler.stream,
       jax={name: getattr(jax.config, name) for name in (
           'jax_compilation_cache_dir', 'jax_persistent_cache_min_compile_time_secs')},
-      app=(app._run_init.done, app._register_and_parse_flags_with_usage.done),  # pylint: disable=protected-access
+      app=(app._run_init.done, app._register_and_parse_flags_with_usage.done),
       faulthandler=app.faulthandler, rename=app.command_name.make_process_name_useful,
-      exit=cli._exit, was_parsed=fv.is_parsed())  # pylint: disable=protected-access
+      exit=cli._exit, was_parsed=fv.is_parsed())
 
   def exit_now(status: int):
     for stream in (sys.stdout, sys.stderr):
@@ -115,19 +116,19 @@ def _restored(argv: Sequence[str], env: dict[str, str] | None) -> Iterator[None]
       os.environ.update(env)
     # A real process's first and only app.run: the one-time set-up runs (absl's handler, its
     # help flags, verbosity 0 when not given), bar renaming the process and faulthandler.
-    app._run_init.done = app._register_and_parse_flags_with_usage.done = False  # pylint: disable=protected-access
+    app._run_init.done = app._register_and_parse_flags_with_usage.done = False
     app.faulthandler = None
     app.command_name.make_process_name_useful = lambda: None
     absl_logging.get_absl_handler().python_handler.stream = sys.stderr
-    cli._exit = exit_now  # pylint: disable=protected-access
+    cli._exit = exit_now
     yield
   finally:
-    cli._exit = saved['exit']  # pylint: disable=protected-access
+    cli._exit = saved['exit']
     for name in config_modules():
       del sys.modules[name]
     app.faulthandler, app.command_name.make_process_name_useful = (saved['faulthandler'],
                                                                   saved['rename'])
-    app._run_init.done, app._register_and_parse_flags_with_usage.done = saved['app']  # pylint: disable=protected-access
+    app._run_init.done, app._register_and_parse_flags_with_usage.done = saved['app']
     for name in set(fv) - defined:
       with contextlib.suppress(AttributeError):
         delattr(fv, name)
@@ -135,7 +136,8 @@ def _restored(argv: Sequence[str], env: dict[str, str] | None) -> Iterator[None]
     if saved['was_parsed']:
       fv.mark_as_parsed()
     for name, value in saved['jax'].items():
-      jax.config.update(name, value)
+      if getattr(jax.config, name) != value:
+        jax.config.update(name, value)
     absl_logging.get_absl_handler().python_handler.stream = saved['absl_stream']
     logging.root.handlers[:] = saved['handlers']
     logging.root.setLevel(saved['root_level'])
