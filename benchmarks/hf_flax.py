@@ -84,7 +84,7 @@ def hf_steps(model, tx, schedule):
 def build_hf(cfg, c, batch, max_length: int):
   """(train Step, forward Step) of the HF model."""
   from training import optim  # pylint: disable=g-import-not-at-top
-  from training import tasks  # pylint: disable=g-import-not-at-top
+  from training import steps  # pylint: disable=g-import-not-at-top
   model = hf_model(cfg, max_length)
   tx, schedule = optim.make_optimizer(c.optim, c.train.num_steps)
   train_step, eval_step = hf_steps(model, tx, schedule)
