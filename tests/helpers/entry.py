@@ -1,18 +1,23 @@
-"""Runs an entry point (train.py, eval.py, ablate.py, predict.py, scripts/export_hf.py) in the test
-process, as ``python <argv>`` would from the repository root: the same argv, exit status, stdout
-and stderr, in a fraction of the time (no Python, JAX and TensorFlow start-up per case).
+"""Runs a script of this repository (train.py, eval.py, ablate.py, predict.py, scripts/export_hf.py,
+a benchmark) in the test process, as ``python <argv>`` would from the repository root: the same
+argv, exit status, stdout and stderr, in a fraction of the time (no Python, JAX and TensorFlow
+start-up per run).
 
 The script runs as ``__main__`` through runpy, so its flags are defined and ``cli.run(main)``
 parses them and handles its errors exactly as in a real process. What a process would throw away
 at its exit is undone afterwards: the flags the script defined are deleted and absl's FLAGS
 unparsed (two entry points define the same names), and sys.argv, the working directory,
 os.environ, sys.path, the logging handlers and levels, JAX's compilation cache settings and
-sys.unraisablehook are restored. Output is captured at the file descriptors (C++ logs included).
+sys.unraisablehook are restored. Flags that modules of this repository imported by the tests
+define (benchmarks/run_all.py) are set aside for the run. Output is captured at the file
+descriptors (C++ logs included).
 
-What differs from a real process: JAX has started already, so $XLA_FLAGS (a simulated device
-count) cannot take effect (cases that need one stay subprocesses); ``cli._exit`` does not wait
-for (or ``os._exit`` past) threads still running, which would end the test process; absl's
-one-time start-up does not rename the process or re-enable faulthandler. An exception other than
+What differs from a real process: the modules the test process imported already are not
+imported again, so import-time faults (a circular import) show only in the subprocess smoke
+tests, one per entry point; JAX has started already, so $XLA_FLAGS (a simulated device count)
+cannot take effect (cases that need one stay subprocesses); ``cli._exit`` does not wait for (or
+``os._exit`` past) threads still running, which would end the test process; absl's one-time
+start-up does not rename the process or re-enable faulthandler. An exception other than
 SystemExit is printed as a traceback on the captured stderr with status 1, as Python would.
 """
 # pylint: disable=protected-access  (absl's one-time start-up state, cli._exit)
@@ -84,6 +89,14 @@ def _restored(argv: Sequence[str], env: dict[str, str] | None) -> Iterator[None]
   from experiments import cli  # pylint: disable=g-import-not-at-top
 
   fv = flags.FLAGS
+  # Flags that a module of this repository defined when this process imported it (the tests
+  # import benchmarks/run_all.py): another script's process would not have them, and may define
+  # the same names (--only, --out). Set aside for the run.
+  aside = [(module, flag) for module, flag_list in fv.flags_by_module_dict().items()
+           if (getattr(sys.modules.get(module), '__file__', None) or '').startswith(ROOT + os.sep)
+           for flag in flag_list]
+  for _, flag in aside:
+    delattr(fv, flag.name)
   defined = set(fv)
   saved = dict(
       argv=sys.argv, path=sys.path[:], cwd=os.getcwd(), environ=dict(os.environ),
@@ -133,6 +146,9 @@ def _restored(argv: Sequence[str], env: dict[str, str] | None) -> Iterator[None]
       with contextlib.suppress(AttributeError):
         delattr(fv, name)
     fv.unparse_flags()
+    for module, flag in aside:
+      fv[flag.name] = flag
+      fv.register_flag_by_module(module, flag)
     if saved['was_parsed']:
       fv.mark_as_parsed()
     for name, value in saved['jax'].items():
