@@ -1,4 +1,5 @@
-"""Smoke tests of the benchmark scripts (tiny sizes; they check that the scripts run, not speed)."""
+"""Smoke tests of the benchmark scripts (tiny sizes; they check that the scripts run, not speed),
+in this process (helpers/entry.py) bar the slow ones."""
 
 import json
 import os
@@ -8,13 +9,15 @@ import sys
 import numpy as np
 import pytest
 
+from helpers import entry
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_script(name, *args, tmp_path):
+  """``python benchmarks/<name> *args --json=...``, run in this process (helpers/entry.py)."""
   out = os.path.join(str(tmp_path), f'{name}.json')
-  proc = subprocess.run([sys.executable, os.path.join('benchmarks', name), *args, f'--json={out}'],
-                        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+  proc = entry.run([os.path.join('benchmarks', name), *args, f'--json={out}'])
   assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
   with open(out) as f:
     return json.load(f), proc.stdout
@@ -76,10 +79,8 @@ def test_run_all_renders_results():
 def test_profile_step_attributes_time_to_model_parts(tmp_path):
   """The profiler script traces the train step and attributes op time to the model's named
   scopes: rotary spends time in the position scheme, `none` spends none there."""
-  proc = subprocess.run(
-      [sys.executable, os.path.join('benchmarks', 'profile_step.py'), '--size=tiny',
-       '--length=32', '--batch_size=2', '--steps=1', '--compare=none', f'--out={tmp_path}'],
-      cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+  proc = entry.run([os.path.join('benchmarks', 'profile_step.py'), '--size=tiny', '--length=32',
+                    '--batch_size=2', '--steps=1', '--compare=none', f'--out={tmp_path}'])
   assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
   rows = {line.split('  ')[0]: line.split() for line in proc.stdout.splitlines()}
   position = rows['position scheme (rope, bias, tables)']
