@@ -48,8 +48,7 @@ def plot_decay(path: str, *, head_dim: int = 128, base: float = 10000.0,
 
 def plot_learning_curves(path: str, curves, *, title: str,
                          ylabel: str = 'validation accuracy') -> None:
-  """Validation accuracy (or ``ylabel``) vs step per scheme: mean over seeds with a min-max
-  band. ``curves``: label -> (steps [T], values [seeds, T])."""
+  """Mean over seeds with a min-max band; ``curves``: label -> (steps [T], values [seeds, T])."""
   fig, ax = plt.subplots(figsize=(7, 4))
   for label, (steps, acc) in curves.items():
     if not len(steps):
@@ -63,10 +62,8 @@ def plot_learning_curves(path: str, curves, *, title: str,
 
 def plot_extrapolation(path: str, curves, *, train_length: int, title: str,
                        ylabel: str = 'test accuracy') -> None:
-  """Test accuracy vs evaluation length per scheme and split kind: mean over seeds, error bars
-  the sample std. ``curves``: (label, kind) -> (lengths [K], accuracy [seeds, K]); kind 'near'
-  (markers within the training width) is drawn solid, 'far' (unseen distances) dashed, ''
-  (one kind only) solid without a suffix."""
+  """Mean ± std over seeds vs length; ``curves``: (label, kind) -> (lengths [K], values [seeds,
+  K]), kind 'far' (unseen distances) dashed, 'near' and '' (one kind only) solid."""
   fig, ax = plt.subplots(figsize=(8, 4.5))
   colors = {}
   for (label, kind), (lengths, acc) in curves.items():

@@ -1,14 +1,7 @@
-"""Paired statistics for comparing position schemes over seeds (Dror et al. 2018).
-
-Seed i of every scheme shares the data order and the initial shared parameters, so results are
-paired by seed: each comparison works on the per-seed differences d_i = a_i - b_i.
-
-``paired(a, b)`` gives the mean difference, a 95% percentile-bootstrap confidence interval over
-seeds, and the p-value of the exact sign-flip test: under the null hypothesis each d_i is as
-likely to be -d_i, so p is the share of the 2^n sign assignments whose |mean| is at least the
-observed one. It assumes no distribution (accuracies at a ceiling are far from normal); its
-smallest possible value is 2 / 2^n. When every d_i is 0, p is 1 and the case is flagged
-``zero_variance``, never "p=0". ``holm`` controls the family-wise error rate over a family.
+"""Paired statistics for comparing position schemes over seeds (Dror et al. 2018): seed i of every
+scheme shares the data order and initial parameters, so a comparison works on the per-seed
+differences d_i = a_i - b_i, with a percentile-bootstrap interval and the exact sign-flip test (no
+distribution assumed: accuracies at a ceiling are far from normal); ``holm`` adjusts a family.
 """
 
 from __future__ import annotations
@@ -38,7 +31,8 @@ class Paired:
 
 # scipy.stats.permutation_test misses rounded ties: (.94,.97,.82,.85)-(.93,.98,.81,.86) p .75, not 1
 def sign_flip_p(d: np.ndarray, *, seed: int = 0) -> float:
-  """Two-sided p-value of the sign-flip test of mean(d) = 0 (exact up to 16 values)."""
+  """Two-sided p of the sign-flip test of mean(d) = 0: the share of the 2^n sign assignments
+  (sampled beyond 16 values) whose |mean| reaches the observed one."""
   d = np.asarray(d, np.float64)
   observed = abs(d.mean())
   if len(d) <= _EXACT_UP_TO:

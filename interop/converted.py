@@ -26,8 +26,7 @@ CONVERTED_METADATA = 'hf_conversion.json'
 
 
 def save_converted(result: hf.HFRoFormer, directory: str, *, source: str = '') -> None:
-  """Writes ``directory/params`` (orbax, the pure params dict) and ``hf_conversion.json`` (the
-  ModelConfig and the rest of ``result``, and ``source``), overwriting an existing conversion."""
+  """Writes ``directory/params`` and ``hf_conversion.json``, overwriting a conversion there."""
   directory = storage.canonical(directory)
   storage.makedirs(directory)
   with ocp.StandardCheckpointer() as checkpointer:
@@ -39,8 +38,7 @@ def save_converted(result: hf.HFRoFormer, directory: str, *, source: str = '') -
 
 
 def load_converted(directory: str, **changes: Any) -> hf.HFRoFormer:
-  """Reads a ``save_converted`` directory; ``changes`` replace ModelConfig fields (e.g.
-  ``deterministic=True``) that do not change parameter shapes."""
+  """Reads a ``save_converted`` directory; ``changes``: ModelConfig fields that keep the shapes."""
   directory = storage.canonical(directory)
   metadata = storage.read_json(os.path.join(directory, CONVERTED_METADATA))
   fields = dict(metadata['model_config'], rope=rope.RopeConfig(**metadata['model_config']['rope']))
@@ -60,11 +58,10 @@ def is_converted(directory: str) -> bool:
 def checkpoint_fields(directory: str, layout: str) -> dict[str, Any]:
   """The dotted model and rope fields the parameters of a conversion or a Hugging Face checkpoint
   (read in rotary ``layout``) were made for."""
-  every_layer = {f'model.{name}': value for name, value in hf.HF_EVERY_LAYER.items()}
-  if is_converted(directory):
-    return {**storage.read_json(os.path.join(directory, CONVERTED_METADATA))['overrides'],
-            **every_layer}
-  return {**hf.dotted(*hf.hf_fields(hf.load_hf_config(directory), layout=layout)), **every_layer}
+  fields = (storage.read_json(os.path.join(directory, CONVERTED_METADATA))['overrides']
+            if is_converted(directory)
+            else hf.dotted(*hf.hf_fields(hf.load_hf_config(directory), layout=layout)))
+  return {**fields, **{f'model.{name}': value for name, value in hf.HF_EVERY_LAYER.items()}}
 
 
 def load_checkpoint(directory: str, base: ModelConfig) -> hf.HFRoFormer:

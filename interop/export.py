@@ -1,5 +1,4 @@
-"""This model's parameters -> a Hugging Face RoFormer checkpoint that ``transformers`` loads
-(``save_pretrained``; ``scripts/export_hf.py`` describes it); the inverse of ``interop/hf.py``."""
+"""This model's parameters -> a Hugging Face RoFormer checkpoint (inverse of ``interop/hf.py``)."""
 
 from __future__ import annotations
 
@@ -55,8 +54,7 @@ def check_exportable(cfg: ModelConfig) -> None:
 
 def export_state_dict(params: Mapping[Any, Any], cfg: ModelConfig,
                       num_positions: int) -> dict[str, np.ndarray]:
-  """This model's params -> ``architecture(cfg)``'s tensors (torch names, layouts); the inverse
-  of ``convert_state_dict``; ValueError if HF cannot express ``cfg``."""
+  """This model's params -> ``architecture(cfg)``'s tensors (torch names, layouts)."""
   check_exportable(cfg)
   params = jax.tree.map(np.asarray, dict(params))
   if cfg.rope.layout != HF_LAYOUT:  # back to HF's interleaved pairs
@@ -78,7 +76,7 @@ def export_state_dict(params: Mapping[Any, Any], cfg: ModelConfig,
   types = e.get('token_type_embeddings') or {'embedding': np.zeros((1, cfg.embedding_size))}
   sd[f'{p}embeddings.token_type_embeddings.weight'] = types['embedding']
   layer_norm(f'{p}embeddings.LayerNorm', e['layer_norm'])
-  if 'embeddings_project' in params and params['embeddings_project'] is not None:
+  if params.get('embeddings_project') is not None:
     linear(f'{p}embeddings_project', params['embeddings_project'])
   sd[f'{p}encoder.embed_positions.weight'] = sinusoidal_table(num_positions, cfg.head_dim)
   for i, layer in params['layers'].items():
@@ -123,9 +121,8 @@ def export_config(cfg: ModelConfig, class_names: tuple[str, ...], num_positions:
 def save_pretrained(out: str, params: Mapping[Any, Any], cfg: ModelConfig, *,
                     class_names: tuple[str, ...], num_positions: int,
                     tokenizer: tokenizers.Tokenizer, max_length: int) -> bool:
-  """Writes ``EXPORTED_FILES`` to the local folder ``out``, the tokenizer's two only for a
-  Hugging Face tokenizer (byte and SentencePiece have no ``transformers`` counterpart); whether
-  it wrote them. ``max_length``: where the tokenizer truncates."""
+  """Writes ``EXPORTED_FILES`` to the local folder ``out``; whether it wrote the tokenizer's two
+  (byte and SentencePiece tokenizers have no ``transformers`` counterpart)."""
   os.makedirs(out, exist_ok=True)
   safetensors.numpy.save_file(export_state_dict(params, cfg, num_positions),
                               os.path.join(out, WEIGHTS_NAME), metadata={'format': 'pt'})

@@ -1,29 +1,20 @@
 """Hugging Face RoFormer checkpoints -> this codebase's ``Classifier`` (exact, no torch needed).
 
   result = interop.hf.load_hf_roformer('path/to/hf_checkpoint_dir', base, deterministic=True)
-  model = result.model()                       # a models.Classifier
-  positions = jnp.broadcast_to(jnp.arange(length), ids.shape)   # HF uses 0 .. L-1
-  logits = model(ids, positions, attention_mask, token_type_ids)
-  hidden = model.encode(ids, positions, attention_mask, token_type_ids)  # last_hidden_state
+  logits = result.model()(ids, positions, attention_mask, token_type_ids)  # positions 0 .. L-1
 
-Reads ``RoFormerModel`` and ``RoFormerForSequenceClassification`` checkpoints (``roformer.``
-prefix optional): safetensors (also sharded), torch ``.bin`` (``weights_only=True``, never plain
-pickle) or Flax msgpack; safetensors and msgpack need neither torch nor transformers. The mapping
-is one to one (``models/encoder.py`` mirrors HF's module order). HF's sinusoidal
-``encoder.embed_positions.weight`` is checked, not stored (this model computes it). A checkpoint
-without a classification head gets a fresh one; other heads (MLM, QA) go to ``unused_keys``.
-HF's rotary table ends at ``max_position_embeddings``; this model has no such limit.
-``copy_tokenizer`` copies its tokenizer; ``interop/converted.py`` stores a conversion.
-
-Exact options: ``layout='half'`` permutes the rotated projections per head
-(``rope.convert_qk_projection``) to run in the GPT-NeoX/LLaMA layout; ``type_vocab_size=0`` folds
-token type 0's embedding (HF always adds it) into the word embeddings. ``hidden_act`` must be
-exact GELU, the only activation this model has.
+Reads ``RoFormerModel`` and ``RoFormerForSequenceClassification`` checkpoints: safetensors (also
+sharded), torch ``.bin`` (``weights_only=True``, never plain pickle) or Flax msgpack, one to one
+(``models/encoder.py`` mirrors HF's module order). A checkpoint without a classification head gets
+a fresh one; other heads (MLM, QA) go to ``unused_keys``. ``layout='half'`` permutes the rotated
+projections to the GPT-NeoX/LLaMA layout; ``type_vocab_size=0`` folds token type 0's embedding
+into the word embeddings.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -49,7 +40,6 @@ WEIGHT_NAMES = ('model.safetensors', 'model.safetensors.index.json', 'pytorch_mo
 HF_LAYOUT = 'interleaved'  # HF RoFormer rotates pairs (2i, 2i+1)
 HF_ROPE_BASE = 10000.0
 EXACT_GELU = ('gelu', 'gelu_python')
-_PREFIX = 'roformer.'
 _HEAD_KEYS = ('classifier.dense.weight', 'classifier.dense.bias', 'classifier.out_proj.weight',
               'classifier.out_proj.bias')
 
@@ -79,7 +69,7 @@ def _read_torch(path: str) -> dict[str, np.ndarray]:
 
 
 def _read_flax(path: str) -> dict[str, np.ndarray]:
-  """A Flax ``flax_model.msgpack`` as torch-style names and layouts."""
+  """Torch-style names and layouts."""
   with open(path, 'rb') as f:
     tree = serialization.msgpack_restore(f.read())
   out = {}
@@ -103,8 +93,7 @@ def _read_sharded(index_path: str) -> dict[str, np.ndarray]:
 
 
 def load_state_dict(path: str) -> dict[str, np.ndarray]:
-  """HF parameter name -> numpy array, from a checkpoint directory or one weights file; Flax
-  msgpack gets torch's names and [out, in] layout, torch bfloat16 becomes float32."""
+  """HF parameter name -> numpy array (torch layout), from a checkpoint directory or a file."""
   weights = _weights_file(path)
   for suffixes, read in (('.index.json', _read_sharded), ('.safetensors', _read_safetensors),
                          (('.bin', '.pt', '.pth'), _read_torch), ('.msgpack', _read_flax)):
@@ -122,7 +111,7 @@ def load_state_dict(path: str) -> dict[str, np.ndarray]:
 
 
 def load_hf_config(path: str) -> dict[str, Any]:
-  """The ``config.json`` of a checkpoint directory (or the JSON file itself) as a dict."""
+  """The ``config.json`` of a checkpoint directory (or the file itself)."""
   if os.path.isdir(path):
     path = os.path.join(path, CONFIG_NAME)
   if not os.path.isfile(path):
@@ -132,8 +121,7 @@ def load_hf_config(path: str) -> dict[str, Any]:
 
 
 def copy_tokenizer(checkpoint: str, target: str) -> None:
-  """Writes the tokenizer of a checkpoint directory (its tokenizer.json, or one built from its
-  WordPiece vocab.txt) to ``target``; FileNotFoundError if it has neither."""
+  """Writes a checkpoint's tokenizer.json (or one built from its vocab.txt) to ``target``."""
   storage.write_atomically(target, tokenizers.read_huggingface(checkpoint).encode('utf-8'))
 
 
@@ -177,17 +165,15 @@ HF_EVERY_LAYER = {'nope_layers': (), 'nope_interval': 0}
 
 
 def dotted(model: Mapping[str, Any], rope_fields: Mapping[str, Any]) -> dict[str, Any]:
-  """``hf_fields``' two groups as dotted ``configs/default.py`` overrides (``model.num_layers``)."""
+  """``hf_fields``' two groups as dotted overrides (``model.num_layers``)."""
   return {**{f'model.{k}': v for k, v in model.items()},
           **{f'rope.{k}': v for k, v in rope_fields.items()}}
 
 
 def model_config(c: Mapping[str, Any], base: ModelConfig, *, num_classes: int | None = None,
                  layout: str = HF_LAYOUT, **changes: Any) -> ModelConfig:
-  """The ``ModelConfig`` of a HF RoFormer config (``config.json`` as a dict). ``base`` gives the
-  fields HF does not define (attention implementation, dtype, remat, ...). ``num_classes`` None:
-  the config's labels (``id2label`` / ``num_labels``, HF's default 2). Changing position, norm,
-  pooling or attention in ``changes`` loses the equivalence with HF."""
+  """The ``ModelConfig`` of a HF config dict; ``base`` gives the fields HF does not define.
+  ``num_classes`` None: the config's labels (HF's default 2)."""
   model, rope_fields = hf_fields(c, layout=layout)
   if num_classes is None:
     num_classes = len(c['id2label']) if c.get('id2label') else int(c.get('num_labels', 2))
@@ -204,14 +190,14 @@ def sinusoidal_table(num_positions: int, dim: int) -> np.ndarray:
 
 
 def abstract_params(cfg: ModelConfig) -> dict[Any, Any]:
-  """The pure params dict of ``cfg``'s model, shapes only (nothing is initialised)."""
+  """The pure params dict of ``cfg``'s model, shapes only."""
   abstract = nnx.eval_shape(lambda: Classifier(cfg, rngs=nnx.Rngs(0)))
   return nnx.to_pure_dict(nnx.state(abstract, nnx.Param))
 
 
 def strip_prefix(state_dict: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-  """Drops the ``roformer.`` prefix of a task model's encoder keys (base keys pass through)."""
-  return {k[len(_PREFIX):] if k.startswith(_PREFIX) else k: v for k, v in state_dict.items()}
+  """Drops the ``roformer.`` prefix of a task model's encoder keys."""
+  return {k.removeprefix('roformer.'): v for k, v in state_dict.items()}
 
 
 def _ln_name(name: str) -> str:
@@ -230,9 +216,6 @@ class _Converter:
     self.target = abstract_params(cfg)
     self.params: dict[Any, Any] = {}
 
-  def has(self, name: str) -> bool:
-    return name in self.sd
-
   def get(self, name: str) -> np.ndarray:
     if name not in self.sd:
       raise KeyError(f'Hugging Face checkpoint lacks {name!r} (needed by this model config).')
@@ -249,10 +232,7 @@ class _Converter:
     if tuple(node.shape) != value.shape:
       raise ValueError(f'Shape mismatch for HF {source!r} -> {"/".join(map(str, path))}: '
                        f'checkpoint gives {value.shape}, model expects {tuple(node.shape)}.')
-    out = self.params
-    for key in path[:-1]:
-      out = out.setdefault(key, {})
-    out[path[-1]] = value
+    functools.reduce(lambda d, k: d.setdefault(k, {}), path[:-1], self.params)[path[-1]] = value
 
   def linear(self, hf: str, path: tuple[Any, ...], in_shape=None, out_shape=None) -> None:
     """torch Linear ``hf`` [out, in] -> kernel [*in_shape, *out_shape] and bias [*out_shape]."""
@@ -278,7 +258,7 @@ class _Converter:
 
   def check_sinusoidal(self) -> None:
     name = 'encoder.embed_positions.weight'
-    if not self.has(name):
+    if name not in self.sd:
       return
     table = self.get(name)
     expected = sinusoidal_table(table.shape[0], self.cfg.head_dim)
@@ -319,9 +299,8 @@ class Converted:
 
 def convert_state_dict(state_dict: Mapping[str, np.ndarray], cfg: ModelConfig, *,
                        init_params: Mapping[Any, Any] | None = None) -> Converted:
-  """HF RoFormer tensors (torch names and layouts) -> this model's float32 params for ``cfg``;
-  ``init_params`` (a fresh model's pure params dict) gives the classification head when the
-  checkpoint has none. A missing tensor or a shape mismatch raises, naming the parameter."""
+  """HF tensors -> this model's float32 params for ``cfg``; ``init_params`` (a fresh model's)
+  gives the head when the checkpoint has none. A missing tensor or a wrong shape raises."""
   if (cfg.position != Rotary.name or cfg.attention != 'softmax' or cfg.norm != 'post'
       or cfg.dual_encoder):
     raise ValueError('HF RoFormer is a post-LN softmax encoder with rotary positions and one '
@@ -332,7 +311,7 @@ def convert_state_dict(state_dict: Mapping[str, np.ndarray], cfg: ModelConfig, *
   _convert_embeddings(conv, cfg)
   for i in range(cfg.num_layers):
     _convert_layer(conv, cfg, i)
-  if conv.has(f'encoder.layer.{cfg.num_layers}.attention.self.query.weight'):
+  if f'encoder.layer.{cfg.num_layers}.attention.self.query.weight' in conv.sd:
     raise ValueError(f'Checkpoint has more than num_layers={cfg.num_layers} layers.')
   has_head = _convert_head(conv, init_params)
   _check_complete(conv.params, conv.target)
@@ -348,7 +327,7 @@ def _convert_embeddings(conv: _Converter, cfg: ModelConfig) -> None:
     conv.put(('embeddings', 'token_type_embeddings', 'embedding'),
              conv.get('embeddings.token_type_embeddings.weight'),
              'embeddings.token_type_embeddings.weight')
-  elif conv.has('embeddings.token_type_embeddings.weight'):
+  elif 'embeddings.token_type_embeddings.weight' in conv.sd:
     # No token types in this model: HF's embedding of type 0 is a constant row; fold it in.
     word = word + conv.get('embeddings.token_type_embeddings.weight')[0]
   conv.put(('embeddings', 'word_embeddings', 'embedding'), word,
@@ -356,7 +335,7 @@ def _convert_embeddings(conv: _Converter, cfg: ModelConfig) -> None:
   conv.layer_norm('embeddings.LayerNorm', ('embeddings', 'layer_norm'))
   if cfg.embedding_size != cfg.hidden_size:
     conv.linear('embeddings_project', ('embeddings_project',))
-  elif conv.has('embeddings_project.weight'):
+  elif 'embeddings_project.weight' in conv.sd:
     raise ValueError('Checkpoint has embeddings_project but the config has embedding_size == '
                      f'hidden_size == {cfg.hidden_size}.')
 
@@ -375,8 +354,8 @@ def _convert_layer(conv: _Converter, cfg: ModelConfig, i: int) -> None:
 
 
 def _convert_head(conv: _Converter, init_params: Mapping[Any, Any] | None) -> bool:
-  """Converts the head, or copies it from ``init_params``; whether the checkpoint had one."""
-  present = [k for k in _HEAD_KEYS if conv.has(k)]
+  """Whether the checkpoint had a head (else it is ``init_params``')."""
+  present = [k for k in _HEAD_KEYS if k in conv.sd]
   if present and len(present) < len(_HEAD_KEYS):
     raise ValueError(f'Incomplete classification head in checkpoint: has {present}, needs '
                      f'{list(_HEAD_KEYS)}.')
@@ -403,9 +382,7 @@ def _check_complete(params: Mapping[Any, Any], target: Mapping[Any, Any], prefix
 
 @dataclasses.dataclass(frozen=True)
 class HFRoFormer:
-  """A converted checkpoint: ``cfg`` and float32 ``params`` build the model (``model()``);
-  ``overrides``: the dotted ``configs/default.py`` overrides (``model.num_layers``, ...) that give
-  this model."""
+  """A converted checkpoint; ``overrides``: the dotted config overrides that give this model."""
 
   cfg: ModelConfig
   params: dict[Any, Any]
@@ -423,10 +400,8 @@ class HFRoFormer:
 def load_hf_roformer(path: str, base: ModelConfig, *, num_classes: int | None = None,
                      layout: str = HF_LAYOUT, key: jax.Array | None = None,
                      **changes: Any) -> HFRoFormer:
-  """Reads and converts a HF RoFormer checkpoint (a ``save_pretrained`` directory).
-  ``num_classes`` None: the checkpoint head's (else the config's labels); a value other than the
-  head's raises. ``key`` initialises a missing head (default key 0). Other arguments as
-  ``model_config``."""
+  """Reads and converts a ``save_pretrained`` directory. ``num_classes`` None: the head's (else
+  the config's labels); ``key`` initialises a missing head. Other arguments as ``model_config``."""
   hf_config = load_hf_config(path)
   state_dict = load_state_dict(path)
   stripped = strip_prefix(state_dict)

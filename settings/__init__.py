@@ -1,12 +1,8 @@
 """How a run's settings are declared, once each: every group of a run config is a frozen, typed
-dataclass whose fields carry their default, their comment and their ``Role``. The ConfigDict
-that ``config_flags`` overrides is generated from the groups (``config_dict``) and turned back
-into them where the flags are read (``build``); the questions "may this field change when a
-run resumes, when a trained model is evaluated, between runs an ablation compares, between a
-pre-trained source and its fine-tune" are answered from the roles (``paths``), not from lists.
-
-A list-valued field is a tuple in its group and comma-separated text on the command line
-(``--config.data.eval_lengths=256,512``): ``settings.lists`` parses it, once, in ``build``.
+dataclass whose fields carry their default and ``Role``. The ConfigDict that ``config_flags``
+overrides is generated from the groups (``config_dict``) and read back (``build``); which fields
+may change on resume, evaluation, across an ablation or a fine-tune follows from the roles
+(``paths``). A list field is a tuple, comma-separated on the command line (``settings.lists``).
 """
 
 from __future__ import annotations
@@ -32,10 +28,9 @@ class Role(enum.Enum):
 
 def setting(default: Any, role: Role, *, evaluation: bool = False, resume: bool | None = None,
             items: Callable[[str], Any] | None = None, example: str = 'a,b') -> Any:
-  """A field of a config group. ``evaluation``: may change when a trained model is evaluated
-  (``eval.py --override``); ``resume``: may change when a run resumes (default: run-time fields
-  only; a few result fields say yes, e.g. ``train.num_steps`` extends a run); ``items``: the
-  field is a tuple of these (comma-separated on the command line, like ``example``)."""
+  """A field of a config group. ``evaluation``: may change in ``eval.py --override``; ``resume``:
+  may change when a run resumes (default: run-time fields only); ``items``: the field is a tuple
+  of these (comma-separated on the command line, like ``example``)."""
   meta = {'role': role, 'evaluation': evaluation, 'items': items, 'example': example,
           'resume': role is Role.RUNTIME if resume is None else resume}
   return dataclasses.field(default=default, metadata=meta)
@@ -90,9 +85,8 @@ def _value(group: str, f: dataclasses.Field, value: Any) -> Any:
 
 
 def build(config_cls: type, values: Mapping[str, Any], *, strict: bool = True) -> Any:
-  """The typed run config of ``values`` (a ConfigDict or a saved config.json's dict): absent
-  fields take their defaults, lists are parsed. ``strict``: a field that is not a setting is an
-  error (a typo in a config file); otherwise dropped (a saved run's field since removed)."""
+  """The typed run config of ``values`` (a ConfigDict or a saved config.json's dict). ``strict``:
+  an unknown field is an error (a typo), else dropped (a saved run's field since removed)."""
   return config_cls(**{name: build_group(group, values.get(name) or {}, name, strict=strict)
                         for name, group in groups(config_cls).items()})
 
@@ -118,8 +112,7 @@ def to_dict(config: Any) -> dict[str, Any]:
 
 
 def replace(config: Any, changes: Mapping[str, Any]) -> Any:
-  """A copy of a typed run config with dotted ``changes`` ({'rope.scaling': 'yarn'}), each
-  group rebuilt (so checked) once."""
+  """A copy of a typed run config with dotted ``changes`` ({'rope.scaling': 'yarn'})."""
   by_group: dict[str, dict[str, Any]] = {}
   for path, value in changes.items():
     group, _, name = path.partition('.')

@@ -1,7 +1,6 @@
-"""List-valued config fields and flags ('a,b,c'): one parser, so every list is split, typed and
-checked for duplicates the same way. A repeated entry is refused, naming the field: in a grid it
-would train one run and report it twice, among seeds or rates it would train identical members,
-and among files it would count the same rows twice."""
+"""List-valued config fields and flags ('a,b,c'), split, typed and checked by one parser. A
+repeated entry is refused, naming the field: a grid would report one run twice, seeds or rates
+would train identical members, files would count the same rows twice."""
 
 from __future__ import annotations
 

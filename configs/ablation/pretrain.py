@@ -4,10 +4,6 @@ order and initial shared parameters per seed) on the embedded ``docs`` corpus, t
 at the training length and beyond it.
 
   python ablate.py --config=configs/ablation/pretrain.py --workdir=runs/pretrain_ablation
-
-The report plots training loss against step (Figure 3's analogue), tabulates validation and test
-perplexity at 128 (training), 256, 512 and 1024 tokens, steps to a loss threshold, and the paired
-differences with rotary (Holm-corrected).
 """
 
 from configs import pretrain
@@ -22,9 +18,8 @@ def get_config():
   a.variants = 'p_rope:rotary:rope.p=0.75'  # p-RoPE (Barbero et al. 2025), as in the main job.
   a.datasets = 'docs'  # data.name values.
   a.learning_rates = '1e-3'  # One rate for every scheme: matched compute.
-  # Seeds per run; seed i of every scheme shares data order, masks and init. 10: the smallest
-  # sign-flip p is 2/2^10, so a difference on every seed survives Holm over the 10 comparisons
-  # (10 x 2/2^10 = 0.020; 8 seeds: 0.078).
+  # Seeds per run, paired across schemes: a difference on every seed survives Holm over the 10
+  # comparisons (10 x 2/2^10 = 0.020; 8 seeds: 0.078).
   a.num_seeds = 10
   a.workers = 2  # two runs at a time: one run's compiles overlap the other's steps
 

@@ -14,23 +14,20 @@ def get_config():
   c.ablation = a = ablation.group()
   a.positions = ('none,sinusoidal,learned,shaw,t5,alibi,rotary,kerple_log,kerple_power,fire,'
                  'cope')
-  # p-RoPE (Barbero et al. 2025): the quarter of lowest-frequency pairs unrotated. (NoPE/RoPE
-  # layer hybrids, model.nope_layers, need more than this model's 2 layers to mean much.)
+  # p-RoPE (Barbero et al. 2025): the quarter of lowest-frequency pairs unrotated.
   a.variants = 'p_rope:rotary:rope.p=0.75'
   # One rate: of 1e-3, 3e-3, 1e-2 and 3e-2, 3e-3 is the best for every table scheme and 1e-3
   # was never chosen (docs/ablation_probes/diagnostic); one rate buys twice the steps.
   a.learning_rates = '3e-3'
   a.workers = 2  # two runs at a time: this CPU machine's compiles overlap the other run's steps
-  # Seeds per run; seed i of every scheme shares data order and shared init. With 11 schemes
-  # compared with rotary, 10 seeds let the exact sign-flip test reach a Holm-adjusted p of
+  # Seeds per run, paired across schemes: with 11 compared with rotary, the smallest Holm p is
   # 11 x 2 / 2^10 = 0.021 (8 seeds: 0.086, never below 0.05).
   a.num_seeds = 10
 
   # 2 layers, narrowed so that 12 rows x 10 members x 300 steps fit 15 min (2 runs at a time).
   c.model.update(size='tiny', hidden_size=32, num_heads=2, mlp_dim=64)
-  # N(0, 0.02) (BERT) leaves a 64-wide model on the probes' initial plateau (chance accuracy)
-  # for 300+ steps at this batch size; 0.1 lets every scheme that can solve them do so within
-  # ~200 steps, so the comparison is about positions, not about escaping the plateau.
+  # N(0, 0.02) (BERT) leaves this model at chance for 300+ steps; with 0.1 every scheme that can
+  # solve the probes does within ~200, so the comparison is about positions, not the plateau.
   c.model.init_std = 0.1
   c.model.dropout_rate = 0.0  # 300 x 32 examples is under one epoch of the 20k: no overfitting.
   c.model.max_length = 64  # `learned` has embeddings for the training length only (as BERT).
