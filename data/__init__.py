@@ -1,33 +1,8 @@
-"""Text-classification data for the position-scheme ablations.
-
-This namespace holds only the names a config may use, importable without TensorFlow: the
-registry ``data.DATASETS`` (name -> ``Entry``: its kind, embedded builder or TFDS fields; the
-splits below are there) and ``data.TOKENIZERS``; the loaders are in ``data.datasets``.
-``data.name`` picks the dataset:
-
-* embedded, generated or read on this machine and prepared automatically into ``data.data_dir``
-  (TFDS's default directory if unset) on first use: ``position_probes/<task>`` (order, distance,
-  nearest; see ``data/position_probes.py``), ``listops``, ``listops/small``, ``fortunes``
-  (needs ``apt-get install fortunes``) and ``manpages``, long documents (needs ``apt-get install
-  manpages manpages-dev``; ``data/manpages.py``), and ``manpages/pairs``, a sentence-pair task
-  (does a page's one-line summary belong to this DESCRIPTION?); ``docs``, a 20 MB English corpus
-  for pre-training (the Python documentation and the man pages, ``data/corpus.py``; needs
-  ``apt-get install python3-doc manpages manpages-dev``);
-* TFDS text datasets, which must be prepared beforehand (no download here; see
-  ``python -m data.prepare``): ``imdb_reviews``, ``glue/sst2``, ``ag_news_subset``,
-  ``yelp_polarity_reviews``, and the GLUE pair tasks ``glue/mnli``, ``glue/qnli``, ``glue/qqp``,
-  ``glue/rte``, ``glue/mrpc`` and ``glue/stsb`` (regression);
-* TFDS text corpora for pre-training (``train.task`` mlm or clm), prepared beforehand:
-  ``lm1b``, ``wikipedia/20230601.en``, ``c4/en``; a language model also
-  reads the texts of any dataset above, ignoring its labels;
-* added by a project (``projects/<name>/``, imported by its config files or ``train.projects``),
-  e.g. ``chomsky/<task>``, generated afresh for every batch (``projects/chomsky/``);
-* ``files``: local CSV/TSV/JSONL files (``data/files.py``); for pre-training also plain-text
-  files (.txt: documents separated by blank lines).
-
-Every dataset has the splits ``train``, ``validation`` and ``test``; the position probes also
-``test_<n>`` at n = 2x and 4x the training length. The special token ids are the tokenizers'
-(``data/tokenizers.py``).
+"""Text-classification data for the position-scheme ablations: the names a config may use,
+importable without TensorFlow. ``DATASETS`` (``data.name`` -> ``Entry``) lists every dataset
+(docs/data.md describes each; a project adds its own with ``register``) and ``TOKENIZERS`` the
+tokenizers; the loaders are in ``data.datasets``. Every dataset has the splits ``train``,
+``validation`` and ``test``; the position probes also ``test_<n>_near`` and ``test_<n>_far``.
 """
 
 from __future__ import annotations
@@ -35,11 +10,10 @@ from __future__ import annotations
 import dataclasses
 import os
 
-# TensorFlow only reads and shuffles data here (TFDS, tf.data), on integers and bytes: its
-# start-up lines (oneDNN's notice, which no log level hides, and its CPU-feature INFO line, which
-# absl's pre-InitializeLog warning comes with) would be the first thing every command prints,
-# even before a one-line user error. Level 1 hides INFO lines only: XLA's warnings still show.
-# Set before TF is first imported; a user's own setting wins.
+# TensorFlow only reads and shuffles data here: its start-up lines (oneDNN's notice, which no
+# log level hides, and its CPU-feature INFO line) would come before every command's output, even
+# a one-line user error. Level 1 hides INFO lines only. Set before TF is first imported; a
+# user's own setting wins.
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '1')
 os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '0')
 
@@ -48,26 +22,21 @@ PROBE_TASKS = ('order', 'distance', 'nearest')
 
 @dataclasses.dataclass(frozen=True)
 class TextFields:
-  """How a TFDS dataset's examples become (text, label): ``text_keys`` are the features joined
-  with a newline into the text (e.g. AG News title and description), or with ``pair`` the two
-  texts of a pair; ``splits`` maps our split names to TFDS split specs (which may slice a TFDS
-  split); ``regression``: the label is a real number (STS-B)."""
+  """How a TFDS dataset's examples become (text, label): ``text_keys`` joined with a newline
+  (or with ``pair`` the two texts of a pair); ``splits``: our split -> a TFDS split spec."""
 
   text_keys: tuple[str, ...]
   splits: dict[str, str]
   pair: bool = False
-  regression: bool = False
+  regression: bool = False  # The label is a real number (STS-B).
   corpus: bool = False  # Text only, no labels (pre-training corpora).
 
 
 @dataclasses.dataclass(frozen=True)
 class Entry:
-  """A dataset ``data.name`` may name, by the ``kind`` that ``data/datasets.py`` loads:
-  ``embedded``, generated or read here by the embedded TFDS builder (``data/builders.py``) and
-  config ``builder`` ('name/config', also its folder in the data_dir); ``tfds``, a TFDS dataset
-  prepared elsewhere whose examples become texts as ``fields`` say; ``files``, the user's own
-  files; or a kind a project adds, which its task kind loads (``training/tasks.py``; ``builder``
-  is then the project's own name for the dataset)."""
+  """A dataset by ``kind``: ``embedded`` (built here by the builder and config ``builder``,
+  'name/config'), ``tfds`` (prepared elsewhere, read as ``fields`` say), ``files`` (the user's),
+  or a project's kind, which its task kind loads (``builder``: the project's name for it)."""
 
   kind: str
   builder: str | None = None
@@ -79,28 +48,22 @@ def _tfds(text_keys: tuple[str, ...], splits: dict[str, str], **kwargs: bool) ->
 
 
 def _held_out(test: str, percent: int = 95) -> dict[str, str]:
-  """Splits where a dataset has no labelled validation split: the last slice of its training
-  split is held out for validation (TFDS shuffles examples when it prepares a dataset, so the
-  slice is a random sample)."""
+  """Splits holding out the end of train for validation (a random sample: TFDS shuffles)."""
   return {'train': f'train[:{percent}%]', 'validation': f'train[{percent}%:]', 'test': test}
 
 
 def _glue_pair(first: str, second: str, test: str = 'validation', *,
                regression: bool = False) -> Entry:
-  """A GLUE pair task: GLUE's test labels are hidden, so its labelled validation split is our
-  test split (as papers report GLUE dev results) and 5% of train is held out for validation."""
+  """A GLUE pair task: its test labels are hidden, so validation is our test (papers report
+  GLUE dev results) and 5% of train validates."""
   return _tfds((first, second), _held_out(test), pair=True, regression=regression)
 
 
-# Every dataset, by data.name: adding one is one entry here (for a new embedded builder, also its
-# class in data/datasets.py). GLUE's SST-2 test labels are hidden (-1), so its labelled GLUE
-# validation split is our test split, as papers report SST-2 dev accuracy. The corpora are
-# unlabelled, for language models only.
+# Every dataset, by data.name. SST-2's GLUE validation split is our test split, as for the pair
+# tasks. The corpora are unlabelled, for language models only.
 DATASETS = {
     **{f'position_probes/{task}': Entry('embedded', f'position_probes/{task}')
        for task in PROBE_TASKS},
-    'listops': Entry('embedded', 'listops/listops'),
-    'listops/small': Entry('embedded', 'listops/small'),
     'fortunes': Entry('embedded', 'fortunes/topics'),
     'manpages': Entry('embedded', 'manpages/kinds'),
     'manpages/pairs': Entry('embedded', 'manpage_pairs/pairs'),

@@ -1,9 +1,7 @@
 """The base of the embedded TFDS builders, whose data are generated or read on this machine.
 
-A builder declares only its own: ``VERSION``, ``RELEASE_NOTES``, ``BUILDER_CONFIGS``, its labels
-and ``rows`` (split -> (text, label), or (text_a, text_b, label) with two ``TEXTS``), ``HOMEPAGE``
-and ``CITATION``; its description is its module's docstring. Its TFDS name (the class name in
-snake case), config and ``VERSION`` name its folder in the data_dir.
+A builder's description is its module's docstring; its TFDS name (the class name in snake case),
+config and ``VERSION`` name its folder in the data_dir.
 """
 
 from __future__ import annotations
@@ -17,10 +15,12 @@ import tensorflow_datasets as tfds
 
 
 def split_of(text: str) -> str:
-  """The fixed split of an embedded text: by MD5 of the text, modulo 10 (0: test, 1:
-  validation, else train)."""
+  """The fixed split of an embedded text: MD5 modulo 10 is 0 for test, 1 for validation."""
   bucket = int(hashlib.md5(text.encode('utf-8')).hexdigest(), 16) % 10
   return {0: 'test', 1: 'validation'}.get(bucket, 'train')
+
+
+BUILDERS = {}  # TFDS name -> every embedded builder class, a project's too (by subclassing)
 
 
 class EmbeddedBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
@@ -32,26 +32,27 @@ class EmbeddedBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
   HOMEPAGE: ClassVar[str | None] = None
   CITATION: ClassVar[str | None] = None
 
+  def __init_subclass__(cls, **kwargs):
+    super().__init_subclass__(**kwargs)
+    BUILDERS[cls.name] = cls
+
   def class_label(self) -> tfds.features.ClassLabel:
     return tfds.features.ClassLabel(names=self.CLASSES)
 
   @abc.abstractmethod
   def rows(self) -> dict[str, Iterable[tuple]]:
-    """Split -> its examples as tuples of ``TEXTS`` then the label, in the order they are keyed
-    (``key``)."""
+    """Split -> its examples as tuples of ``TEXTS`` then the label, in key order."""
 
   def key(self, index: int, row: tuple) -> int | str:
-    """The TFDS key of the ``index``-th row of a split: MD5 of the text, or ``index``. TFDS
-    orders a split's examples by their keys, so a builder's keys are part of its data (changing
-    them reorders a prepared dataset, which its VERSION must then say)."""
+    """The TFDS key of a split's ``index``-th row. TFDS orders examples by key: changing keys
+    reorders a prepared dataset, which its VERSION must then say."""
     return index if self.KEY_BY_INDEX else hashlib.md5(row[0].encode('utf-8')).hexdigest()
 
   def description(self) -> str:
     return sys.modules[type(self).__module__].__doc__
 
   def split_lengths(self, max_length: int) -> dict[str, int]:
-    """Split -> length in tokens that holds its examples: ``max_length`` (truncating) for natural
-    text; generated datasets fix theirs."""
+    """Split -> its length in tokens: ``max_length`` for natural text; generated data fix theirs."""
     return dict.fromkeys(self.info.splits, max_length)
 
   def _info(self) -> tfds.core.DatasetInfo:

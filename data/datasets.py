@@ -1,11 +1,9 @@
-"""Loading a dataset by name: its info, training batches and evaluation batches.
+"""Loading a dataset by name (``data.DATASETS``): its info, training and evaluation batches.
 
-``load_classifier`` and ``load_language_model`` (which a run's task kind calls,
-``training/tasks.py``) resolve ``data.name`` (``data.DATASETS``) to a source, a tokenizer and a
-``DatasetInfo``, preparing embedded datasets and training a tokenizer on first use. Batches are ``data/batches.py``'s types, ordered by its one sampler.
-
-Multi-host: the data a step sees does not depend on the number of processes, and for evaluation
-each process reads the whole (small) split and keeps its part (``Dataset``'s methods).
+``load_classifier`` and ``load_language_model`` (called by a run's task kind) resolve
+``data.name`` to a source, a tokenizer and a ``DatasetInfo``, preparing embedded datasets and
+training a tokenizer on first use. The data a step sees does not depend on the number of
+processes.
 """
 
 from __future__ import annotations
@@ -23,14 +21,15 @@ import data
 from data import batches
 from data.config import DataConfig
 from data import builders
+# pylint: disable=unused-import  (the embedded builders register themselves: builders.BUILDERS)
 from data import corpus
-from data import files as files_lib
 from data import fortunes
-from data import listops
-from data import lm
 from data import manpages
-from data import pipeline
 from data import position_probes
+# pylint: enable=unused-import
+from data import files as files_lib
+from data import lm
+from data import pipeline
 from data import sources
 import storage
 from data import tokenizers
@@ -38,13 +37,9 @@ from data import tokenizers
 
 @dataclasses.dataclass(frozen=True)
 class DatasetInfo:
-  """What the model and training loop need to know about a dataset.
-
-  ``train_length`` is ``data.max_length`` (with [CLS]); ``eval_splits`` maps each evaluation
-  split to its natural length in tokens (the probes: ``{'validation': 64, 'test': 64,
-  'test_96_near': 96, 'test_96_far': 96, ...}``; natural text: ``data.max_length``);
-  ``num_train_examples`` counts all hosts.
-  """
+  """What the model and training loop need to know about a dataset: ``train_length`` is
+  ``data.max_length`` (with [CLS]); ``eval_splits``: evaluation split -> its length in tokens;
+  ``num_train_examples`` counts all hosts."""
 
   name: str
   num_classes: int
@@ -73,28 +68,21 @@ def saved_info(workdir: str) -> DatasetInfo | None:
   return DatasetInfo(**dict(fields, class_names=tuple(fields['class_names'])))
 
 
-# The embedded builders by TFDS name: the 'name/config' of an embedded entry of data.DATASETS.
-_BUILDERS = {builder.name: builder for builder in (
-    position_probes.PositionProbes, listops.Listops, fortunes.Fortunes, manpages.Manpages,
-    manpages.ManpagePairs, corpus.Docs)}
-
-
 def embedded_builder(name: str, data_dir: str | None) -> builders.EmbeddedBuilder:
-  """The TFDS builder of an embedded dataset (kind ``embedded`` in ``data.DATASETS``); not
-  prepared yet."""
+  """The TFDS builder (not prepared yet) of an embedded dataset."""
   entry = data.DATASETS.get(name)
   if entry is None or entry.kind != 'embedded':
     embedded = [n for n, e in data.DATASETS.items() if e.kind == 'embedded']
     raise ValueError(f'{name!r} is not an embedded dataset; valid: {embedded}')
   builder, config = entry.builder.split('/')
-  return _BUILDERS[builder](config=config, data_dir=data_dir)
+  return builders.BUILDERS[builder](config=config, data_dir=data_dir)
 
 
 def load_tokenizer(data_config: DataConfig, workdir: str | None,
                    read_training_texts: Callable[[], Iterable[bytes]] | None = None
                    ) -> tokenizers.Tokenizer:
-  """``data.tokenizer``: bytes, or the workdir's SentencePiece, WordPiece or byte-level BPE
-  model (trained on ``read_training_texts()`` if it has none yet) or Hugging Face tokenizer."""
+  """``data.tokenizer``: bytes, the workdir's trained model (trained on
+  ``read_training_texts()`` if it has none yet) or a Hugging Face tokenizer."""
   kind = data_config.tokenizer  # one of data.TOKENIZERS: DataConfig checked it
   if kind == 'byte':
     return tokenizers.ByteTokenizer()
@@ -112,8 +100,8 @@ def load_tokenizer(data_config: DataConfig, workdir: str | None,
 
 def _source(data_config: DataConfig, workdir: str | None, documents: bool
             ) -> tuple[sources.Source, builders.EmbeddedBuilder | None]:
-  """The source of ``data.name`` by its kind (and its builder if embedded), prepared; with
-  ``documents`` (a language model's) the user's files are read as documents."""
+  """The source of ``data.name``, prepared (and its builder if embedded); ``documents``: a
+  language model's."""
   name, entry = data_config.name, data.DATASETS[data_config.name]  # DataConfig checked it
   if entry.kind == 'embedded':
     builder = embedded_builder(name, data_config.data_dir)
@@ -126,15 +114,13 @@ def _source(data_config: DataConfig, workdir: str | None, documents: bool
   if entry.kind != 'files':  # a project's, whose task kind loads it (training/tasks.py)
     raise ValueError(f'data.name={name!r} is a generated task with its own outputs, not a '
                      'corpus: train it with train.task=classify.')
+  paths = {f'{split}_files': getattr(data_config, f'{split}_files')
+           for split in ('train', 'validation', 'test')}
   if documents:
-    return files_lib.DocumentsSource(
-        train_files=data_config.train_files, validation_files=data_config.validation_files,
-        test_files=data_config.test_files, text_column=data_config.text_column,
-        quoting=data_config.quoting), None
-  return files_lib.FilesSource(
-      train_files=data_config.train_files, validation_files=data_config.validation_files,
-      test_files=data_config.test_files, columns=files_lib.Columns.of(data_config),
-      workdir=workdir, regression=data_config.regression), None
+    return files_lib.DocumentsSource(**paths, text_column=data_config.text_column,
+                                     quoting=data_config.quoting), None
+  return files_lib.FilesSource(**paths, columns=files_lib.Columns.of(data_config),
+                               workdir=workdir, regression=data_config.regression), None
 
 
 def load_language_model(data_config: DataConfig, workdir: str | None,
@@ -146,8 +132,7 @@ def load_language_model(data_config: DataConfig, workdir: str | None,
 
 def load_classifier(data_config: DataConfig, workdir: str | None,
                     pair_layout: str = 'joint') -> Dataset:
-  """Resolves ``data.name`` to a source, tokenizer and info (preparing embedded datasets);
-  sentence pairs are batched as ``pair_layout`` says ('joint' or 'dual', ``data/pipeline.py``)."""
+  """``data.name`` for a classifier; ``pair_layout``: 'joint' or 'dual' (``data/pipeline.py``)."""
   name = data_config.name
   source, builder = _source(data_config, workdir, documents=False)
   lengths = (builder.split_lengths(data_config.max_length) if builder
@@ -155,10 +140,7 @@ def load_classifier(data_config: DataConfig, workdir: str | None,
   if lengths['train'] > data_config.max_length:
     raise ValueError(f'{name} has training sequences of {lengths["train"]} tokens (with [CLS]); '
                      f'data.max_length={data_config.max_length} would cut them and change labels.')
-
-  tokenizer = load_tokenizer(data_config, workdir,
-                             lambda: source.read('train')[0].reshape(-1))
-
+  tokenizer = load_tokenizer(data_config, workdir, lambda: source.read('train')[0].reshape(-1))
   info = DatasetInfo(
       name=name, num_classes=len(source.class_names), class_names=source.class_names,
       vocab_size=tokenizer.vocab_size, train_length=data_config.max_length,
@@ -170,7 +152,6 @@ def load_classifier(data_config: DataConfig, workdir: str | None,
 
 def _shards(num_shards: int, process_index: int | None, process_count: int | None,
             global_batch_size: int) -> sources.TrainShards:
-  """This process's rows of the global batch and the shards they draw from."""
   index, _, batch_size = local_share(process_index, process_count, global_batch_size)
   return sources.TrainShards(num_shards, global_batch_size, (index * batch_size, batch_size))
 
@@ -190,9 +171,7 @@ def local_share(process_index: int | None, process_count: int | None,
 
 @dataclasses.dataclass(frozen=True)
 class Dataset:
-  """A resolved ``data.name``: what it holds, where its examples come from, how they are
-  tokenized (``prefetch``: batches prepared ahead; ``pair_layout``: how sentence
-  pairs are batched), and its batches."""
+  """A resolved ``data.name``: its info, source and tokenizer, and its batches."""
 
   info: DatasetInfo
   source: sources.Source
@@ -202,22 +181,15 @@ class Dataset:
   num_shards: int = 1  # data.num_shards: see sources.TrainShards
 
   def num_examples(self, split: str, length: int | None = None) -> int:
-    """Examples in the whole split (at any length)."""
     del length
     return self.source.num_examples(split)
 
   def train_batches(self, *, seed: int, global_batch_size: int, start_step: int = 0,
                     process_index: int | None = None,
                     process_count: int | None = None) -> Iterator[batches.Classification]:
-    """Infinite training batches (this process's rows of each global batch), reshuffled every
-    epoch.
-
-    Global batch i (of B = ``global_batch_size`` examples) depends only on (data, seed, i):
-    process p of k (default: JAX's) yields rows ``[p * B / k, (p + 1) * B / k)`` of it, and
-    ``start_step=s`` yields exactly what a fresh iterator yields from its s-th batch on. Each
-    process reads only the shards of the split its rows draw from (``sources.TrainShards``) and
-    tokenizes only its rows. Examples have ``info.train_length`` tokens.
-    """
+    """Infinite training batches: process p of k (default: JAX's) yields rows [p B / k,
+    (p + 1) B / k) of global batch i, which depends only on (data, seed, i); ``start_step=s``
+    yields what a fresh iterator yields from its s-th batch on (``data/batches.py``)."""
     if not self.source.num_examples('train'):
       raise ValueError(f'The training split of {self.info.name} is empty.')
     shards = _shards(self.num_shards, process_index, process_count, global_batch_size)
@@ -231,13 +203,9 @@ class Dataset:
   def eval_batches(self, split: str, *, global_batch_size: int, max_length: int | None = None,
                    process_index: int | None = None,
                    process_count: int | None = None) -> Iterator[batches.Classification]:
-    """All examples of a split once (over all processes), in fixed order, then weight-0 padding.
-
-    Process p of k reads and evaluates only the p-th of k contiguous parts of the split; every
-    process yields ``ceil(ceil(n / k) / (global_batch_size / k))`` batches, so multi-host
-    evaluation stays in step. ``max_length``: tokens per example (None: the split's natural
-    length); longer texts are truncated.
-    """
+    """A split's examples once, in order, then weight-0 padding: process p of k reads the p-th
+    of k contiguous parts, in the same number of batches as every process. ``max_length``:
+    tokens per example (None: the split's own)."""
     index, count, batch_size = local_share(process_index, process_count, global_batch_size)
     lengths = {'train': self.info.train_length, **self.info.eval_splits}
     if split not in lengths:
@@ -252,14 +220,9 @@ class Dataset:
 
 def eval_splits_for_length(info: DatasetInfo, length: int, any_length: bool = False
                            ) -> list[str]:
-  """The test splits to evaluate at ``length`` tokens.
-
-  Datasets with test splits of several lengths (the probes: ``test``, ``test_128_near``,
-  ``test_128_far``, ...) map a length to its splits of exactly that length; other datasets (and
-  with ``any_length`` a language model's corpus, which packs its test text at the length asked)
-  evaluate ``test`` at any length (``eval_batches(..., max_length=length)`` truncates or pads
-  it); ValueError if a dataset has per-length test splits but none of this length.
-  """
+  """The test splits to evaluate at ``length`` tokens: those of exactly that length where a
+  dataset has several (the probes), else ``test`` (also with ``any_length``: a corpus packs it
+  at any length)."""
   tests = {split: n for split, n in info.eval_splits.items()
            if split == 'test' or split.startswith('test_')}
   if len(tests) == 1 or any_length:
@@ -272,8 +235,8 @@ def eval_splits_for_length(info: DatasetInfo, length: int, any_length: bool = Fa
 
 @dataclasses.dataclass(frozen=True, eq=False)  # hashed by identity: the caches below
 class LanguageModelDataset:
-  """A corpus for a masked or causal language model (``data/lm.py``): the same methods as
-  ``Dataset``. Splits ``test_<n>`` are the test split packed at n tokens (``data.eval_lengths``)."""
+  """A corpus for a language model (``data/lm.py``), with ``Dataset``'s methods; ``test_<n>`` is
+  the test split packed at n tokens."""
 
   info: DatasetInfo
   source: sources.Source
@@ -293,20 +256,19 @@ class LanguageModelDataset:
                        'train.task=mlm needs: use a tokenizer that has one (byte, wordpiece, '
                        'bpe, or a SentencePiece model trained by this version).')
     length = data_config.max_length
-    extra = list(data_config.eval_lengths)
     masking = lm.Masking(tokenizer, tokenizer.vocab_size, data_config.mask_rate,
                          data_config.whole_word_masking) if task == 'mlm' else None
     info = DatasetInfo(
         name=data_config.name, num_classes=tokenizer.vocab_size, class_names=(),
         vocab_size=tokenizer.vocab_size, train_length=length,
         eval_splits={'validation': length, 'test': length,
-                     **{f'test_{n}': n for n in extra if n != length}},
+                     **{f'test_{n}': n for n in data_config.eval_lengths if n != length}},
         num_train_examples=source.num_examples('train'), task=task)
     return cls(info, source, tokenizer, lm.Targets(task, masking, data_config.seed),
                data_config.eval_tokens, data_config.prefetch, data_config.num_shards)
 
   def stream(self, split: str) -> lm.Stream:
-    """A split's documents tokenized (cached; ``test_<n>`` is ``test``)."""
+    """A split's documents tokenized (cached)."""
     return _stream(self, split.split('_')[0])
 
   def num_examples(self, split: str, length: int | None = None) -> int:
@@ -317,8 +279,7 @@ class LanguageModelDataset:
     return {'train': self.info.train_length, **self.info.eval_splits}[split]
 
   def train_rows(self, shards: sources.TrainShards | None = None) -> list[dict]:
-    """The packed training rows of each shard in ``shards.needed`` (default: this process's
-    shards), each shard packed on its own."""
+    """The packed rows of each shard in ``shards.needed`` (default: this process's)."""
     shards = shards or _shards(self.num_shards, None, None, self.num_shards * jax.process_count())
     return list(_train_rows(self, shards.count, shards.needed, self.info.train_length))
 
@@ -330,7 +291,6 @@ class LanguageModelDataset:
   def train_batches(self, *, seed: int, global_batch_size: int, start_step: int = 0,
                     process_index: int | None = None,
                     process_count: int | None = None) -> Iterator[batches.LanguageModel]:
-    """As ``Dataset.train_batches``, of packed rows (``data/lm.py``)."""
     shards = _shards(self.num_shards, process_index, process_count, global_batch_size)
     parts = self.train_rows(shards)
     make = lm.maker({k: np.concatenate([p[k] for p in parts]) for k in parts[0]}, self.targets,
@@ -342,8 +302,7 @@ class LanguageModelDataset:
   def eval_batches(self, split: str, *, global_batch_size: int, max_length: int | None = None,
                    process_index: int | None = None,
                    process_count: int | None = None) -> Iterator[batches.LanguageModel]:
-    """As ``Dataset.eval_batches``: the first ``data.eval_tokens`` tokens of the split, packed at
-    ``max_length`` (default: the split's length)."""
+    """As ``Dataset.eval_batches``, of the split's first ``data.eval_tokens`` tokens."""
     index, count, batch_size = local_share(process_index, process_count, global_batch_size)
     if split not in self.info.eval_splits and split != 'train':
       raise ValueError(f'{self.info.name} has no split {split!r}; valid: '
@@ -365,8 +324,7 @@ def _stream(dataset: LanguageModelDataset, split: str) -> lm.Stream:
 @functools.lru_cache(maxsize=4)
 def _train_rows(dataset: LanguageModelDataset, count: int, needed: range,
                 length: int) -> tuple[dict, ...]:
-  """Shards ``needed`` of ``count`` of the training split, each tokenized and packed at
-  ``length`` (cached whole: a process's shards are packed once)."""
+  """Shards ``needed`` of ``count`` of train, each packed at ``length`` (cached: packed once)."""
   rows = []
   for shard in needed:
     texts = lm.corpus_texts(dataset.source.read('train', shard, count)[0])
@@ -379,8 +337,8 @@ def _train_rows(dataset: LanguageModelDataset, count: int, needed: range,
 
 @functools.lru_cache(maxsize=8)
 def _rows(dataset: LanguageModelDataset, split: str, length: int) -> dict:
-  """A split packed at ``length`` (cached: counted, then batched): all of train, the first
-  ``eval_tokens`` tokens of an evaluation split."""
+  """A split packed at ``length`` (cached): all of train, an evaluation split's first
+  ``eval_tokens`` tokens."""
   stream = dataset.stream(split)
   if split != 'train':
     stream = lm.Stream(stream.ids[:dataset.eval_tokens], stream.documents[:dataset.eval_tokens])

@@ -1,11 +1,11 @@
 r"""Prepares datasets ahead of training (useful before multi-host runs on a shared data_dir).
 
-Embedded datasets are generated (probes, ListOps) or read from local files (fortunes) into
+Embedded datasets are generated (probes) or read from local files (fortunes) into
 ``data_dir``. TFDS text datasets cannot be downloaded on a machine without internet: for those
 this prints how to prepare them elsewhere, and whether they are already prepared here.
 
   python -m data.prepare --name=position_probes/order --data_dir=/data/tfds
-  python -m data.prepare --name=position_probes/order,listops,fortunes
+  python -m data.prepare --name=position_probes/order,position_probes/nearest,fortunes
   python -m data.prepare --name=imdb_reviews --data_dir=/data/tfds
 """
 

@@ -20,6 +20,7 @@ import tensorflow_datasets as tfds
 import data
 import settings
 from configs import default
+from projects.lra import listops
 from projects.lra.configs import listops as lra_listops
 from projects.lra.configs import retrieval as lra_retrieval
 from data import batches as batches_lib
@@ -27,7 +28,6 @@ from data import builders
 from data import datasets
 from data import files as files_lib
 from data import fortunes
-from data import listops
 from data import manpages
 from data import position_probes
 from data import sources

@@ -29,6 +29,7 @@ import zlib
 import numpy as np
 import tensorflow_datasets as tfds
 
+import data
 from data import builders
 
 OPERATORS = ('[MAX', '[MIN', '[MED', '[SM')
@@ -154,3 +155,7 @@ class Listops(builders.EmbeddedBuilder):
   def split_lengths(self, max_length: int) -> dict[str, int]:
     del max_length  # Every expression fits in the config's own.
     return dict.fromkeys(self.info.splits, self.builder_config.max_length)
+
+
+data.register('listops', data.Entry('embedded', 'listops/listops'))
+data.register('listops/small', data.Entry('embedded', 'listops/small'))
