@@ -1,23 +1,12 @@
-"""Batches: their two core types, and the one sampler that orders every task's examples.
+"""Batches: their two core types (``flax.struct`` pytrees), and the one sampler that orders every
+task's examples.
 
-A ``Classification`` batch (classification and sentence pairs, ``data/pipeline.py``) or a
-``LanguageModel`` batch (MLM and CLM, ``data/lm.py``), or a project's own batch type, holds
-NumPy arrays of this process's rows, then ``jax.Array`` s of the global batch (``flax.struct``
-pytrees: a field left None is no leaf).
-
-Training order (``sources.TrainShards``; with one shard): the example at row j of global batch s
-(G rows) is the ``(s G + j) mod n``-th entry of a permutation of the split's n examples (packed
-rows for a language model) that depends only on (seed, epoch = (s G + j) // n, n); a process
-yields its rows of each global batch. With ``data.num_shards`` = S, the rows of a global batch
-draw in the same way from S contiguous shards of the split (G / S rows each). Each example is
-computed from its slot alone, so starting at step s costs nothing and yields exactly the batches
-a fresh iterator yields from step s on; every epoch is reshuffled. A grain ``MapDataset`` maps
-step numbers to batches and prepares ``prefetch`` of them ahead in threads; grain's own shuffle
-and sharding give other orders (benchmarks/README.md, "Input pipeline").
-
-``RandomPositions`` (``data.random_positions``) replaces the positions of any batch type that has
-``positions`` and ``mask`` (and optionally ``segments``) by randomized ones (Ruoss et al. 2023,
-docs/randomized_positions.md); the run applies it to every batch it reads (``training.experiment``).
+Training order (with one shard, ``sources.TrainShards``): the example at row j of global batch s
+(G rows) is the ``(s G + j) mod n``-th entry of a permutation of the split's n examples that
+depends only on (seed, epoch = (s G + j) // n, n), so starting at step s costs nothing and
+yields what a fresh iterator yields from step s on. A grain ``MapDataset`` maps steps to batches
+and prepares ``prefetch`` of them ahead in threads (grain's own shuffle and sharding give other
+orders: benchmarks/README.md, "Input pipeline").
 """
 
 from __future__ import annotations
@@ -38,11 +27,9 @@ from data import sources
 
 
 class Classification(flax.struct.PyTreeNode):
-  """Examples of a classifier: ``inputs`` int32 [B, L] token ids ([CLS], the text's tokens, then
-  0), ``positions`` int32 [B, L] (from [CLS] = 0; 0 at padding), ``mask`` bool [B, L] (true at
-  real tokens); two-tower pairs ('dual') have [B, 2, L] of these, joint pairs ``token_types``
-  int32 [B, L] (1 from the second text to its [SEP]). ``label`` int32 [B] class ids (float32
-  for regression), ``weight`` float32 [B]: 1 for a real example, 0 for evaluation padding."""
+  """A classifier's examples: ``inputs``, ``positions`` int32 and ``mask`` bool [B, L] ([B, 2, L]
+  for two-tower pairs), joint pairs' ``token_types``, ``label`` [B] (float32 for regression),
+  ``weight`` float32 [B] (0 for evaluation padding)."""
 
   inputs: np.ndarray
   positions: np.ndarray
@@ -53,10 +40,9 @@ class Classification(flax.struct.PyTreeNode):
 
 
 class LanguageModel(flax.struct.PyTreeNode):
-  """Packed rows of a language model: ``inputs``, ``positions``, ``segments`` (documents
-  numbered from 1, 0 at padding) int32 [B, L], ``mask`` bool [B, L]; ``targets`` int32 and
-  ``target_weights`` float32, [B, M] for MLM (the masked tokens, at ``target_positions`` int32
-  [B, M]) or [B, L] for CLM (the next tokens, ``target_positions`` None)."""
+  """A language model's packed rows [B, L] (``segments``: documents from 1, 0 at padding);
+  ``targets`` and ``target_weights`` are [B, M] for MLM (at ``target_positions``), [B, L] for
+  CLM."""
 
   inputs: np.ndarray
   positions: np.ndarray
@@ -93,8 +79,7 @@ def index_shuffle(seed: int) -> Shuffle:
 
 
 def permutations(seed: int, num_shards: int) -> Shuffle:
-  """NumPy's permutation seeded (seed, epoch key): the language models' order (a batch spans at
-  most two epochs of each shard, whose permutations are kept)."""
+  """NumPy's permutation seeded (seed, epoch key): the language models' order."""
   permutation = functools.lru_cache(maxsize=2 * num_shards)(
       lambda key, num: np.random.default_rng([seed, key]).permutation(num))
   return lambda slots, keys, nums: np.asarray(
@@ -104,8 +89,7 @@ def permutations(seed: int, num_shards: int) -> Shuffle:
 def train(make: Make, sizes: list[int], shards: sources.TrainShards, *, shuffle: Shuffle,
           start_step: int, prefetch: int) -> Iterator[Batch]:
   """Infinite training batches from ``start_step`` on: this process's ``shards.rows`` of each
-  global batch, from the examples of the shards ``shards.needed`` (``sizes`` of them each,
-  numbered one shard after another)."""
+  global batch, from the shards ``shards.needed`` (``sizes`` examples each, numbered in turn)."""
   first_row, batch_size = shards.rows
   rows = first_row + np.arange(batch_size)
   offsets, sizes = np.cumsum([0] + sizes[:-1]), np.asarray(sizes)
@@ -121,8 +105,7 @@ def train(make: Make, sizes: list[int], shards: sources.TrainShards, *, shuffle:
 
 def evaluate(make: Make, *, batch_size: int, num_batches: int, first_slot: int = 0,
              prefetch: int) -> Iterator[Batch]:
-  """Exactly ``num_batches`` batches of the examples in order (slots from ``first_slot``), then
-  padding."""
+  """Exactly ``num_batches`` batches of the examples in order, then padding."""
 
   def at(i: int) -> Batch:
     examples = np.arange(i * batch_size, (i + 1) * batch_size)
@@ -132,8 +115,7 @@ def evaluate(make: Make, *, batch_size: int, num_batches: int, first_slot: int =
 
 
 def by_step(at: Callable[[int], Batch], *, start_step: int, prefetch: int) -> Iterator[Batch]:
-  """Infinite batches ``at(step)`` from ``start_step`` on, for data computed from the step alone
-  (generated tasks): resuming at step s yields what a fresh iterator yields from s on."""
+  """Infinite batches ``at(step)`` from ``start_step`` on (data computed from the step alone)."""
   return _iterate(grain.MapDataset.range(start_step, sys.maxsize).map(at), prefetch)
 
 
@@ -143,11 +125,9 @@ def _iterate(batches: grain.MapDataset, prefetch: int) -> Iterator[Batch]:
 
 
 def randomized_positions(batch: Batch, size: int, keys: Sequence[Sequence[int]]) -> Batch:
-  """``batch`` whose every document's positions are a sorted sample without repetition of
-  0 .. ``size`` - 1, placed in order at its real tokens; padding keeps 0. A document is a row's
-  real tokens (each text of a two-tower pair on its own), or, where the batch has ``segments``,
-  each numbered document of a packed row. Row i draws its documents one after another from
-  ``np.random.default_rng(keys[i])``, so a row's positions depend on its key alone."""
+  """``batch`` whose every document (a row's real tokens, a two-tower text, or a packed row's
+  segment) has a sorted sample without repetition of 0 .. ``size`` - 1 as positions, drawn from
+  ``default_rng(keys[i])`` for row i; padding keeps 0."""
   segments = getattr(batch, 'segments', None)
   documents = np.asarray(batch.mask, np.int32) if segments is None else np.where(
       batch.mask, segments, 0)
@@ -165,21 +145,17 @@ def randomized_positions(batch: Batch, size: int, keys: Sequence[Sequence[int]])
 
 @dataclasses.dataclass(frozen=True)
 class RandomPositions:
-  """``data.random_positions`` = ``size`` (N) with ``data.seed``: randomized positional
-  encodings (Ruoss et al. 2023), positions drawn from 0 .. N - 1 in training and evaluation, as
-  the authors' code does. A training row's draw depends only on (seed, step, its row of the
-  global batch); an evaluation row's on (seed, split, its example's number in the split), never
-  on the evaluation batch size or on when it is evaluated."""
+  """Randomized positional encodings (Ruoss et al. 2023, docs/randomized_positions.md), drawn
+  from 0 .. ``size`` - 1: a training row's from (seed, step, its row of the global batch), an
+  evaluation row's from (seed, split, its example's number), never the batch size."""
 
   size: int
   seed: int
 
   def training(self, batch: Batch, step: int, rows: Sequence[int]) -> Batch:
-    """This process's ``rows`` of global batch ``step``."""
     return randomized_positions(batch, self.size, [(self.seed, 0, step, int(r)) for r in rows])
 
   def evaluation(self, batch: Batch, split: str, examples: Sequence[int]) -> Batch:
-    """The rows holding ``examples`` (their numbers in ``split``; past its end: padding)."""
     tag = zlib.crc32(split.encode())
     return randomized_positions(batch, self.size,
                                 [(self.seed, 1, tag, int(e)) for e in examples])

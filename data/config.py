@@ -1,5 +1,4 @@
-"""``DataConfig``: the ``data`` group of a run config, each field declared (default, comment,
-role) once, and the checks that need nothing but the group."""
+"""``DataConfig``: the ``data`` group of a run config, and the checks that need only the group."""
 
 from __future__ import annotations
 
@@ -8,7 +7,6 @@ import dataclasses
 import data
 import settings
 
-# Where a dataset that is not in data.DATASETS may come from.
 PROJECT_HINT = (' A project\'s datasets (projects/<name>/, e.g. chomsky/<task>) are registered '
                 'when its config file is used (--config=projects/<name>/configs/...) or '
                 'train.projects names it.')
@@ -20,22 +18,20 @@ P, R, T = settings.Role.PARAMETERS, settings.Role.RESULTS, settings.Role.RUNTIME
 class DataConfig:
   """What the model reads, and how it is tokenized and batched."""
 
-  # Dataset: position_probes/<task> | listops | fortunes | imdb_reviews | glue/sst2 |
-  # ag_news_subset | yelp_polarity_reviews | files (data.DATASETS). A parameter field: the
-  # classes, and with a tokenizer trained here the vocabulary, are the dataset's.
+  # Dataset (data.DATASETS; docs/data.md). A parameter: the classes and a trained vocabulary are
+  # the dataset's.
   name: str = settings.setting('position_probes/order', P)
   # TFDS data_dir (prepared data; embedded builders are generated here).
   data_dir: str | None = settings.setting(None, T)
   # Tokens per example, including the [CLS] token; longer texts are truncated.
   max_length: int = settings.setting(64, R, evaluation=True)
-  # 'byte' (UTF-8 bytes, no vocabulary), 'sentencepiece', 'wordpiece' (BERT's) or 'bpe'
-  # (byte-level, GPT-2's), trained offline on the training split and cached in the workdir, or
-  # 'huggingface' (data.tokenizer_path).
+  # data.TOKENIZERS: 'byte' (no vocabulary), 'sentencepiece', 'wordpiece' or 'bpe' (trained on
+  # the training split, cached in the workdir), or 'huggingface' (data.tokenizer_path).
   tokenizer: str = settings.setting('byte', P)
   # Vocabulary size of the tokenizers trained here (sentencepiece, wordpiece, bpe).
   sp_vocab_size: int = settings.setting(8000, P)
-  # data.tokenizer='huggingface': a tokenizer.json, a WordPiece vocab.txt, or a Hugging Face
-  # checkpoint directory holding one (copied into the workdir on first use).
+  # data.tokenizer='huggingface': a tokenizer.json, a WordPiece vocab.txt, or a checkpoint
+  # directory holding one (copied into the workdir).
   tokenizer_path: str = settings.setting('', R)
   # data.name=files: CSV/TSV/JSONL (or .txt, for language models) paths for training.
   train_files: tuple[str, ...] = settings.setting((), R, items=str, example='train.csv,more.csv')
@@ -46,62 +42,49 @@ class DataConfig:
   text_column: str = settings.setting('text', R)  # data.name=files: column/key with the text.
   # data.name=files: column/key with the label (names or integers).
   label_column: str = settings.setting('label', R)
-  # data.name=files: column/key of a second text (sentence pairs; '' = one text per example).
-  # Pairs are joined as [CLS] a [SEP] b [SEP] with token types 0/1 (needs model.type_vocab_size
-  # >= 2), or encoded one by one with model.dual_encoder (LRA Retrieval's two towers).
+  # data.name=files: column/key of a second text (sentence pairs; '' = none), joined as [CLS] a
+  # [SEP] b [SEP] (model.type_vocab_size >= 2) or one by one with model.dual_encoder.
   text_b_column: str = settings.setting('', R)
-  # data.name=files: the names of the columns of CSV/TSV files without a header row (e.g. LRA
-  # Retrieval's 'label,id1,id2,text1,text2'); empty = the first row names them.
+  # data.name=files: the column names of CSV/TSV files without a header row; empty = the first
+  # row names them.
   columns: tuple[str, ...] = settings.setting((), R, items=str,
                                               example='label,id1,id2,text1,text2')
-  # data.name=files: how CSV/TSV fields are quoted. 'auto': .csv files by CSV rules (a quoted
-  # field may hold the delimiter, newlines and "" for a quote), .tsv/.tab files not at all, as
-  # GLUE's are written (one row a line, a field at every tab, a quote is text); 'csv' or 'none':
-  # that rule for every CSV/TSV file.
+  # data.name=files: data.files.QUOTING. 'auto': .csv files by CSV rules, .tsv/.tab files not
+  # quoted (a row a line, as GLUE's); 'csv' or 'none': that rule for every file.
   quoting: str = settings.setting('auto', R)
-  # data.name=files: the labels are real numbers (STS-B-like): a one-output head trained with
-  # squared error, scored by Pearson's (ranking checkpoints) and Spearman's correlation.
+  # data.name=files: real-valued labels (STS-B-like): one output, squared error, Pearson's and
+  # Spearman's correlation.
   regression: bool = settings.setting(False, R)
-  # Language models (train.task mlm/clm; data/lm.py): documents packed into rows of max_length.
-  # MLM: fraction of tokens predicted (80% [MASK], 10% random, 10% kept).
+  # MLM (data/lm.py): fraction of tokens predicted (80% [MASK], 10% random, 10% kept).
   mask_rate: float = settings.setting(0.15, R)
   # MLM: mask all the tokens of a word together.
   whole_word_masking: bool = settings.setting(False, R)
-  # Evaluation lengths in tokens beyond data.max_length (test split as 'test_<n>'): perplexity
-  # vs evaluation length.
+  # Language models: evaluation lengths beyond data.max_length (test split as 'test_<n>').
   eval_lengths: tuple[int, ...] = settings.setting((), R, items=int, example='128,256')
   # Evaluate on the first this many tokens of each split (the same text at every length).
   eval_tokens: int = settings.setting(65536, R)
   # Data-order seed, shared by all model seeds so seeds differ only in init and dropout.
   seed: int = settings.setting(0, R)
   prefetch: int = settings.setting(2, T)  # Batches prepared ahead, in as many threads.
-  # The training split cut into this many contiguous shards, each filling an equal part of every
-  # batch with its own shuffle (data/sources.py TrainShards): a process reads only the shards its
-  # rows draw from. 1: one shuffle of the whole split, read by every process. On k hosts use a
-  # multiple of k that divides the global batch; it is part of the data order, so keep it fixed
-  # across runs you compare (the number of processes never changes the batches).
+  # The training split cut into this many shards (data/sources.py TrainShards), each with its
+  # own shuffle: a process reads only its shards. On k hosts use a multiple of k dividing the
+  # global batch; it is part of the data order (the number of processes is not).
   num_shards: int = settings.setting(1, R)
-  # Randomized positional encodings (Ruoss et al. 2023; docs/randomized_positions.md): N > 0
-  # gives each document, in training and evaluation, a sorted random sample without repetition
-  # of the positions 0 .. N - 1 (the paper's N: 2048), drawn from (data.seed, step, row) or the
-  # evaluated example, so that every position up to N is trained; N bounds every length read.
-  # 0: positions 0, 1, 2, ... (off). Any model.position that reads positions takes them.
+  # Randomized positional encodings (docs/randomized_positions.md): N > 0 gives each document a
+  # sorted random sample of the positions 0 .. N - 1 (the paper's N: 2048); 0: off.
   random_positions: int = settings.setting(0, R)
-  # data.name=chomsky/<task> (projects/chomsky/tasks.py, projects/chomsky/README.md): training
-  # inputs have lengths uniform in 1..this, one length per batch as the authors draw them (the
-  # papers: 40).
+  # data.name=chomsky/<task> (projects/chomsky/README.md): training lengths are uniform in
+  # 1..this, one per batch (the papers: 40).
   chomsky_train_length: int = settings.setting(40, R)
-  # The test lengths (each its split test_<n>, in the per-length results and the score); empty:
-  # the papers' chomsky_train_length + 1 .. 500.
+  # The test lengths (splits test_<n>); empty: chomsky_train_length + 1 .. 500.
   chomsky_test_lengths: tuple[int, ...] = settings.setting((), R, items=int, example='41,100,500',
                                                            evaluation=True)
   # Examples at each test length (the authors' range_test_total_batch_size: 512).
   chomsky_samples_per_length: int = settings.setting(512, R, evaluation=True)
-  # The accuracy at a test length is the mean of the accuracies of its batches of this many
-  # examples, as the authors average theirs (range_test_sub_batch_size: 64).
+  # A test length's accuracy is the mean over its batches of this many examples (the authors'
+  # range_test_sub_batch_size: 64).
   chomsky_eval_batch_size: int = settings.setting(64, R, evaluation=True)
-  # Examples in the validation and in the test split, at the training lengths (1 to
-  # chomsky_train_length, as many at each).
+  # Examples in the validation and in the test split, at the training lengths.
   chomsky_validation_size: int = settings.setting(512, R)
 
   def __post_init__(self):
@@ -124,8 +107,6 @@ class DataConfig:
                        'text_b_column.')
 
   def _check_random_positions(self) -> None:
-    """N = data.random_positions covers every length given here (datasets' own evaluation
-    lengths are checked when they are loaded)."""
     longest = max((self.max_length, *self.eval_lengths))
     if self.random_positions < 0 or 0 < self.random_positions < longest:
       raise ValueError(f'data.random_positions={self.random_positions} must be 0 (off) or at '
@@ -149,17 +130,14 @@ class DataConfig:
 
   @property
   def chomsky_tests(self) -> tuple[int, ...]:
-    """The Chomsky tasks' test lengths (``chomsky_test_lengths``; by default N + 1 .. 500)."""
     return self.chomsky_test_lengths or tuple(range(self.chomsky_train_length + 1, 501))
 
   @property
   def _tfds_fields(self) -> data.TextFields | None:
-    """How a labelled TFDS dataset's examples become (text, label); None for other datasets."""
     entry = data.DATASETS.get(self.name)
     return entry.fields if entry and entry.fields and not entry.fields.corpus else None
 
   def _check_labels(self) -> None:
-    """data.regression where the labels are real numbers, and only there."""
     fields = self._tfds_fields
     if fields and fields.regression != self.regression:
       raise ValueError(f'data.name={self.name!r} has '

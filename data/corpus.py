@@ -28,8 +28,6 @@ PYTHON_DOCS = '/usr/share/doc/python3*/html/_sources'
 
 @dataclasses.dataclass
 class DocsConfig(tfds.core.BuilderConfig):
-  """Where the documents are (for tests: other directories)."""
-
   python_docs: str = PYTHON_DOCS  # a glob; the newest match is used
   manpages: manpages.ManpagesConfig = dataclasses.field(
       default_factory=lambda: manpages.ManpagesConfig(name='kinds'))
@@ -37,8 +35,7 @@ class DocsConfig(tfds.core.BuilderConfig):
 
 
 def python_doc_files(pattern: str) -> list[str]:
-  """The .txt sources under the newest directory matching ``pattern``, sorted;
-  FileNotFoundError naming the install command when there is none."""
+  """The .txt sources under the newest directory matching ``pattern``, sorted."""
   roots = sorted(glob.glob(pattern))
   if not roots:
     raise FileNotFoundError(

@@ -1,14 +1,7 @@
-r"""The user's own data (``data.name=files``, and ``predict.py``'s input): CSV, TSV or JSONL files,
-optionally gzipped, with a text (or two: ``data.text_b_column``, texts [n, 2]) and a label column.
-How they are read (quoting, line ends, encodings) is documented in docs/data.md ("Your own
-files"). Texts are kept as raw bytes: invalid UTF-8 passes unchanged to the byte tokenizer.
-
-* Labels are integers (class ids 0..n-1) when every training label is an integer, otherwise class
-  names. The class list is taken from the training labels (integers: ``0..max``; names: sorted)
-  and saved as ``workdir/classes.json``; when that file exists it is reused, so the class ids do
-  not change on resume or evaluation.
-* No validation files: a fixed 10% of the training rows (seeded, independent of the run's seed)
-  is held out. No test files: the test split is the validation split.
+"""The user's own data (``data.name=files``, and ``predict.py``'s input): CSV, TSV or JSONL files,
+optionally gzipped, read as docs/data.md ("Your own files") says. Texts are kept as raw bytes.
+The classes come from the training labels and are kept in ``workdir/classes.json``, so their ids
+do not change on resume or evaluation.
 """
 
 from __future__ import annotations
@@ -51,21 +44,19 @@ _FIX_LABEL = ('Fix the label, or add an example of that class to the training fi
 class _Row:
   """One parsed row: where it came from (for error messages), its text and its raw label."""
 
-  where: str  # "path, row N (line M)".
+  where: str
   text: bytes | tuple[bytes, bytes]  # A pair with data.text_b_column.
   label: str
 
 
 @dataclasses.dataclass(frozen=True)
 class Classes:
-  """The classes of a files dataset: names in id order (integer labels: '0', '1', ...), and
-  whether the files' labels are class ids rather than names."""
+  """Class names in id order, and whether the files' labels are class ids rather than names."""
 
   names: tuple[str, ...]
   integer_labels: bool
 
   def label_id(self, row: _Row) -> int:
-    """The class id of a row's label; ValueError naming the file and row if it is not a class."""
     if self.integer_labels:
       if not _INTEGER.fullmatch(row.label):
         raise ValueError(f'{row.where}: label {row.label!r} is not an integer class id, but the '
@@ -88,7 +79,7 @@ class Classes:
 
 
 def _to_bytes(text: str) -> bytes:
-  """Text read with errors='surrogateescape' -> the original bytes."""
+  """Text read with errors='surrogateescape' -> its bytes."""
   try:
     return text.encode('utf-8', errors='surrogateescape')
   except UnicodeEncodeError:  # Lone surrogates from JSON escapes such as "\ud800".
@@ -96,8 +87,7 @@ def _to_bytes(text: str) -> bytes:
 
 
 def _refuse_utf16_or_32(path: str, head: bytes) -> None:
-  """ValueError if the (decompressed) start of a file is UTF-16 or UTF-32: a byte-order mark, or
-  NUL bytes (ASCII text in UTF-16 without a mark)."""
+  """ValueError if a file starts with a UTF-16/32 byte-order mark, or has NUL bytes."""
   encoding = next((name for mark, name in _WIDE_BOMS if head.startswith(mark)), None)
   if encoding is None and b'\0' not in head:
     return
@@ -114,9 +104,8 @@ def _refuse_utf16_or_32(path: str, head: bytes) -> None:
 
 
 def _open(path: str, newline: str = '\n') -> IO[str]:
-  r"""The file as text (gunzipped for .gz), a leading UTF-8 byte-order mark skipped, bytes that
-  are not UTF-8 kept (``_to_bytes`` restores them); ValueError if it is UTF-16 or UTF-32.
-  ``newline`` '\n' ends lines at '\n' only (``_lines``); csv needs ''."""
+  """The file as text (gunzipped for .gz), without a UTF-8 byte-order mark, invalid UTF-8 kept
+  (``_to_bytes``); csv needs ``newline=''``."""
   if not path.lower().endswith('.gz'):
     binary = storage.path(path).open('rb')
   elif storage.is_remote(path):  # gzip would not close a file object it was given
@@ -134,18 +123,16 @@ def _open(path: str, newline: str = '\n') -> IO[str]:
 
 
 def _lines(f: IO[str]) -> Iterator[str]:
-  r"""The lines of a file opened with newline='\n', without their ending. A line ends at '\n'
-  only: ending lines at a lone '\r' as well would make two examples of what editors show as one
-  line. One '\r' before the '\n' (Windows) is dropped; a final '\n' starts no empty line."""
+  r"""A file's lines: each ends at '\n' only (not at a lone '\r', which editors do not show as a
+  line end); a Windows '\r\n' ends one too."""
   for line in f:
     yield line.removesuffix('\n').removesuffix('\r')
 
 
 @dataclasses.dataclass(frozen=True)
 class Columns:
-  """Which columns (JSONL: keys) hold the text, the optional second text and the label ('': none,
-  for inputs to predict), the names of a headerless file's columns (empty: the first row names
-  them), and how CSV/TSV fields are quoted (``data.quoting``)."""
+  """Which columns (JSONL: keys) hold the texts and the label ('': none), a headerless file's
+  column ``names``, and ``data.quoting``."""
 
   text: str
   label: str
@@ -161,8 +148,6 @@ class Columns:
 
   @classmethod
   def of(cls, data_config) -> Columns:
-    """The columns that a config's ``data`` group names; ValueError for a column named twice in
-    ``data.columns`` or an unknown ``data.quoting``."""
     return cls(text=data_config.text_column, label=data_config.label_column,
                text_b=data_config.text_b_column, names=tuple(data_config.columns),
                quoting=data_config.quoting)
@@ -175,7 +160,6 @@ class Columns:
     return tuple(c for c in (self.text, self.text_b, self.label) if c)
 
   def row(self, where: str, record: dict) -> _Row:
-    """The row of a record that has every wanted column."""
     text = _to_bytes(record[self.text])
     if self.text_b:
       text = (text, _to_bytes(record[self.text_b]))
@@ -188,9 +172,8 @@ _FIX_COLUMNS = ('set data.text_column, data.text_b_column and data.label_column 
 
 # csv's QUOTE_NONE still ends a row at a lone \r: test_input_files::test_unquoted_rows_are_lines
 class _UnquotedReader:
-  """What ``_read_delimited`` uses of csv.DictReader (fieldnames, line_num, the records), for
-  files without quoting: one row a line (``_lines``), fields split at every delimiter; blank
-  lines are skipped, as csv skips them; a short row's missing fields are None."""
+  """csv.DictReader's fieldnames, line_num and records for unquoted files: a row a line
+  (``_lines``), blank lines skipped; a short row's missing fields are None."""
 
   def __init__(self, f: IO[str], names: tuple[str, ...], delimiter: str):
     self._lines, self._delimiter, self.line_num = _lines(f), delimiter, 0
@@ -261,8 +244,7 @@ def _read_jsonl(f: IO[str], path: str, columns: Columns) -> Iterator[_Row]:
 
 
 def read_rows(path: str, columns: Columns) -> list[_Row]:
-  """All rows of one file, in order; FileNotFoundError if it does not exist, ValueError on an
-  unknown extension, malformed content, a missing column or an empty label."""
+  """All rows of one file, in order."""
   if not storage.is_file(path):
     raise FileNotFoundError(f'Data file {path!r} not found (data.train_files, '
                             'data.validation_files and data.test_files are comma-separated paths, '
@@ -290,8 +272,7 @@ def read_rows(path: str, columns: Columns) -> list[_Row]:
 
 
 def _read_lines(path: str, columns: Columns) -> list[_Row]:
-  """The rows of a .txt file: one example a line (``_lines``; an empty line is an empty text), a
-  pair's two texts separated by a tab."""
+  """A .txt file's rows: an example a line, a pair's two texts separated by a tab."""
   if not storage.is_file(path):
     raise FileNotFoundError(f'Input file {path!r} not found; fix the path.')
   with _open(path) as f:
@@ -309,9 +290,7 @@ def _read_lines(path: str, columns: Columns) -> list[_Row]:
 
 
 def read_inputs(path: str, columns: Columns) -> np.ndarray:
-  """The texts of a file to predict on, in order (object [n], or [n, 2] with
-  ``columns.text_b``): a .txt file holds one example a line (``_read_lines``), other formats as
-  ``read_rows`` without labels; ValueError if it holds none."""
+  """The texts of a file to predict on (object [n], or [n, 2] with ``columns.text_b``)."""
   if path.lower().endswith(('.txt', '.txt.gz')):
     rows = _read_lines(path, columns)
   else:
@@ -337,7 +316,6 @@ def _real_label(row: _Row) -> float:
 
 
 def _texts(rows: list[_Row]) -> np.ndarray:
-  """Object [n] of bytes, or [n, 2] for pairs."""
   texts = np.empty((len(rows), 2) if rows and isinstance(rows[0].text, tuple) else len(rows),
                    object)
   texts[:] = [row.text for row in rows]
@@ -346,9 +324,8 @@ def _texts(rows: list[_Row]) -> np.ndarray:
 
 def _split_fields(train_files: tuple[str, ...], validation_files: tuple[str, ...],
                   test_files: tuple[str, ...], example: str) -> dict[str, list[str]]:
-  """Split -> the paths of its data.<split>_files; ValueError without training files, or naming
-  the field if a file is named twice as two spellings (a.csv, ./a.csv): its rows would count
-  twice."""
+  """Split -> its data.<split>_files; ValueError without training files or for a file named
+  twice (a.csv, ./a.csv: its rows would count twice)."""
   paths = {'train': list(train_files), 'validation': list(validation_files),
            'test': list(test_files)}
   for split, value in paths.items():
@@ -361,17 +338,16 @@ def _split_fields(train_files: tuple[str, ...], validation_files: tuple[str, ...
 
 
 def infer_classes(rows: list[_Row]) -> Classes:
-  """The classes of training rows: ids 0..max if all labels are integers, else sorted names."""
+  """Ids 0..max if all training labels are integers, else the sorted names."""
   if not rows:
     raise ValueError('The training files hold no rows, so there are no classes: give '
                      'data.train_files with at least one labelled example.')
   if all(_INTEGER.fullmatch(row.label) for row in rows):
-    for row in rows:
-      if int(row.label) < 0:
-        raise ValueError(f'{row.where}: negative integer label {row.label}; integer labels are '
-                         'class ids 0..n-1 (or use class names).')
-    num_classes = max(int(row.label) for row in rows) + 1
-    distinct = len({int(row.label) for row in rows})
+    if negative := next((row for row in rows if int(row.label) < 0), None):
+      raise ValueError(f'{negative.where}: negative integer label {negative.label}; integer '
+                       'labels are class ids 0..n-1 (or use class names).')
+    ids = {int(row.label) for row in rows}
+    num_classes, distinct = max(ids) + 1, len(ids)
     if num_classes > _MAX_CLASSES or num_classes > 10 * distinct + 10:
       raise ValueError(f'The training labels are integers up to {num_classes - 1} but only '
                        f'{distinct} distinct values: that looks like an ID column, not class ids '
@@ -382,7 +358,6 @@ def infer_classes(rows: list[_Row]) -> Classes:
 
 
 def load_classes(workdir: str | None) -> Classes | None:
-  """The classes saved in ``workdir/classes.json`` (None if there is none)."""
   path = os.path.join(workdir, CLASSES_FILE) if workdir else None
   if not path or not storage.exists(path):
     return None
@@ -396,20 +371,17 @@ def load_classes(workdir: str | None) -> Classes | None:
 
 
 def save_classes(workdir: str | None, classes: Classes) -> None:
-  """Writes ``workdir/classes.json`` (atomically) unless it exists."""
   path = os.path.join(workdir, CLASSES_FILE) if workdir else None
-  if not path or storage.exists(path):
-    return
-  storage.makedirs(workdir)
-  content = {'class_names': list(classes.names), 'integer_labels': classes.integer_labels}
-  storage.write_json(path, content)
+  if path and not storage.exists(path):
+    storage.makedirs(workdir)
+    storage.write_json(path, {'class_names': list(classes.names),
+                              'integer_labels': classes.integer_labels})
 
 
 def _other_splits(paths: dict[str, list[str]], read, train: list,
                   minimum: int = 0) -> tuple[list, list, list]:
-  """(train, validation, test) of the training rows (or documents) and ``read(split)``: without
-  validation files a fixed HOLDOUT_FRACTION of the training rows (at least ``minimum``, seeded)
-  is held out; without test files the test split is the validation split."""
+  """(train, validation, test): without validation files a fixed HOLDOUT_FRACTION of train (at
+  least ``minimum``) is held out; without test files, test is validation."""
   if paths['validation']:
     validation = read('validation')
   else:
@@ -438,9 +410,8 @@ class _InMemory:
 
 
 class FilesSource(_InMemory):
-  """Train/validation/test splits of local files (``data.<split>_files``), parsed and checked in
-  memory; ``classes.json`` is kept in ``workdir`` (None: inferred, not saved). A label that is not
-  one of the classes raises ValueError naming its file and row."""
+  """The splits of ``data.<split>_files``, parsed and checked in memory; ``classes.json`` is
+  kept in ``workdir`` (None: inferred, not saved)."""
 
   def __init__(self, *, train_files: tuple[str, ...], validation_files: tuple[str, ...],
                test_files: tuple[str, ...], columns: Columns, workdir: str | None,
@@ -470,9 +441,8 @@ class FilesSource(_InMemory):
 
 
 def read_documents(path: str, columns: Columns) -> list[bytes]:
-  r"""The documents of one file, for pre-training: a plain-text file (.txt, optionally .gz) holds
-  documents separated by blank lines (lines as ``_lines`` ends them: a blank line may end in
-  '\r', a lone '\r' ends none); CSV/TSV/JSONL files one per row (``columns.text``)."""
+  """A file's documents, for pre-training: in .txt files separated by blank lines, else a row's
+  ``columns.text``."""
   if path.lower().endswith(('.txt', '.txt.gz')):
     if not storage.is_file(path):
       read_rows(path, columns)  # the not-found message
@@ -484,8 +454,7 @@ def read_documents(path: str, columns: Columns) -> list[bytes]:
 
 
 class DocumentsSource(_InMemory):
-  """Train/validation/test documents of local files, for language models (splits as
-  ``_other_splits``). ``quoting`` is ``data.quoting``, for CSV/TSV files."""
+  """The documents of ``data.<split>_files``, for language models."""
 
   class_names = ()
   pairs = False

@@ -28,8 +28,6 @@ CATEGORIES = ('computers', 'education', 'food', 'law', 'love', 'politics', 'scie
 
 @dataclasses.dataclass(eq=False)
 class FortunesConfig(tfds.core.BuilderConfig):
-  """Where the fortune files are (one per category) and which are the classes, in id order."""
-
   directory: str = FORTUNES_DIR
   categories: tuple[str, ...] = CATEGORIES
 
@@ -44,8 +42,7 @@ def read_fortunes(path: str) -> list[str]:
 
 
 def load_examples(config: FortunesConfig) -> dict[str, list[tuple[str, int]]]:
-  """Split name -> (text, class id) pairs, in category then file order; FileNotFoundError if a
-  category file is missing (the ``fortunes`` package is not installed)."""
+  """Split name -> (text, class id) pairs, in category then file order."""
   missing = [c for c in config.categories if not os.path.isfile(os.path.join(config.directory, c))]
   if missing:
     raise FileNotFoundError(

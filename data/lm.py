@@ -1,19 +1,9 @@
 """Language-model data: documents tokenized, packed into rows, masked (MLM) or shifted (CLM).
 
-Packing: each document becomes [CLS] its tokens [SEP]; a split's documents are concatenated in
-order into one stream, cut into rows of L tokens (the last row padded), so only the last row
-has padding (``packing_efficiency``: real tokens / slots). In a row, ``segments`` numbers the
-documents (pieces) 1, 2, ... (0 at padding), attention stays within one (``models.attention``),
-and ``positions`` restart at 0 at each document's first token and at the row's start.
-
-A batch (``batches.LanguageModel``) is b rows of L: MLM predicts BERT's masked tokens
-(``Masking``; M = ceil(mask_rate L) + 1 slots, weight 0 at unused ones), CLM the next token where
-it is in the same document.
-
-Order and randomness: training rows are ordered as ``data/batches.py`` says; a row's masking
-depends only on (seed, its slot s G + j), so a process masks its rows alone and resuming at step
-s is bitwise. Evaluation reads the first ``eval_tokens`` tokens of a split's stream, the same
-text at every length, masked by row.
+Each document becomes [CLS] its tokens [SEP]; a split's documents are concatenated into one
+stream, cut into rows of L tokens (only the last one padded). In a row, ``segments`` numbers the
+documents 1, 2, ... (0 at padding) and ``positions`` restart at 0 at each document and row. A
+row's masking depends only on (seed, its slot), so resuming at step s is bitwise.
 """
 
 from __future__ import annotations
@@ -48,7 +38,7 @@ def tokenize(tokenizer: tokenizers.Tokenizer, texts: list[bytes]) -> Stream:
 
 
 def pack(stream: Stream, length: int) -> dict[str, np.ndarray]:
-  """Rows of ``length`` tokens: ``inputs``, ``segments``, ``positions``, ``mask`` [R, length]."""
+  """Rows of ``length`` tokens: ``inputs``, ``segments``, ``positions``, ``mask``."""
   rows = max(1, math.ceil(len(stream.ids) / length))
   pad = rows * length - len(stream.ids)
   ids = np.concatenate([stream.ids, np.zeros([pad], np.int32)]).reshape(rows, length)
@@ -64,7 +54,6 @@ def pack(stream: Stream, length: int) -> dict[str, np.ndarray]:
 
 
 def packing_efficiency(stream: Stream, length: int) -> float:
-  """Real tokens / slots when ``stream`` is packed into rows of ``length``."""
   return len(stream.ids) / (max(1, math.ceil(len(stream.ids) / length)) * length)
 
 
@@ -76,8 +65,7 @@ def max_predictions(length: int, mask_rate: float) -> int:
 @dataclasses.dataclass(frozen=True)
 class Masking:
   """BERT's MLM corruption: ``rate`` of the real non-special tokens are predicted; of those 80%
-  become [MASK], 10% a random token, 10% stay. ``whole_word``: a word's tokens are masked
-  together (``tokenizer.word_starts``)."""
+  become [MASK], 10% a random token, 10% stay; ``whole_word``: a word's tokens together."""
 
   tokenizer: tokenizers.Tokenizer
   vocab_size: int
@@ -90,7 +78,6 @@ class Masking:
     return np.asarray([i for i in range(self.vocab_size) if i not in specials], np.int32)
 
   def _chosen(self, row: dict[str, np.ndarray], rng: np.random.Generator) -> np.ndarray:
-    """Indices of the tokens of one row to predict, sorted."""
     s = self.tokenizer.specials
     ids = row['inputs']
     candidates = row['mask'] & (ids != s.cls) & (ids != s.sep) & (ids != s.pad)
@@ -115,7 +102,7 @@ class Masking:
 
   def apply(self, row: dict[str, np.ndarray], rng: np.random.Generator,
             num_predictions: int) -> dict[str, np.ndarray]:
-    """One packed row masked: the corrupted ``inputs`` and the targets (see the module doc)."""
+    """One packed row masked: the corrupted ``inputs`` and the targets."""
     chosen = self._chosen(row, rng)[:num_predictions]
     inputs = row['inputs'].copy()
     draw = rng.random(len(chosen))
@@ -148,7 +135,7 @@ class Targets:
 
   def __call__(self, rows: dict[str, np.ndarray], slots: np.ndarray,
                stream_id: int) -> batches.LanguageModel:
-    """``rows`` [b, L] with targets; row i is masked from (seed, ``stream_id``, slots[i])."""
+    """``rows`` with targets; row i is masked from (seed, ``stream_id``, slots[i])."""
     if self.task == 'clm':
       return next_tokens(rows)
     length = rows['inputs'].shape[1]
@@ -160,8 +147,7 @@ class Targets:
 
 
 def maker(packed: dict[str, np.ndarray], targets: Targets, stream_id: int) -> batches.Make:
-  """Batches of the ``packed`` rows, masked from (seed, ``stream_id``, slot); row R and after
-  are padding, which predicts nothing (weight 0)."""
+  """Batches of the ``packed`` rows; past them, padding that predicts nothing (weight 0)."""
   num = len(packed['inputs'])
 
   def make(examples: np.ndarray, slots: np.ndarray) -> batches.LanguageModel:

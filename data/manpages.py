@@ -53,15 +53,12 @@ _ESCAPES = [
 
 @dataclasses.dataclass(eq=False)
 class ManpagesConfig(tfds.core.BuilderConfig):
-  """Which packages' pages, where dpkg lists their files, and the shortest page kept."""
-
   packages: tuple[str, ...] = PACKAGES
   dpkg_info: str = DPKG_INFO
   min_bytes: int = 2000
 
 
 def _arguments(text: str) -> list[str]:
-  """A request's arguments: space-separated, double quotes group."""
   return [a[1:-1] if a.startswith('"') else a for a in re.findall(r'"[^"]*"?|\S+', text)]
 
 
@@ -72,8 +69,7 @@ def _unescape(line: str) -> str:
 
 
 def _lines(source: str):
-  """The source's lines with continuations (a trailing backslash) joined and tbl tables as
-  no-fill text: the format lines dropped, a row's cells separated by spaces."""
+  """The source's lines, continuations joined, tbl tables as no-fill text (cells spaced)."""
   table = None  # None, 'format' (until the line ending in '.'), 'rows'
   for line in re.sub(r'(?<!\\)\\\n', '', source).splitlines():
     if line.startswith('.TS'):
@@ -93,8 +89,7 @@ def _lines(source: str):
 
 
 def _request(name: str, rest: str) -> tuple[str, str]:
-  """What a request line does: ('text', words), ('heading', title), ('break', ''), ('nofill' or
-  'fill', '') or ('skip', '')."""
+  """(kind, text) of a request line: kind text, heading, break, nofill, fill or skip."""
   rest = rest.replace('\\ ', '\\~')  # an escaped space does not separate arguments
   if name in ('SH', 'SS'):
     return 'heading', ' '.join(_arguments(rest))
@@ -112,8 +107,8 @@ def _request(name: str, rest: str) -> tuple[str, str]:
 
 
 def roff_to_text(source: str) -> str | None:
-  """A man page's roff source as plain text (paragraphs filled into lines, as man shows them;
-  no-fill blocks such as code line by line), or None for a ``.so`` redirect to another page."""
+  """A man page's roff source as plain text (paragraphs filled, as man shows them), or None for
+  a ``.so`` redirect."""
   blocks, paragraph, fill = [], [], True
 
   def flush():
@@ -141,8 +136,7 @@ def roff_to_text(source: str) -> str | None:
 
 
 def page_files(config: ManpagesConfig) -> list[tuple[str, str]]:
-  """(path, section) of every English man page the packages install, sorted; FileNotFoundError
-  naming the install command when a package is missing."""
+  """(path, section) of every English man page the packages install, sorted."""
   pages = []
   for package in config.packages:
     listing = os.path.join(config.dpkg_info, f'{package}.list')
@@ -166,7 +160,6 @@ def page_files(config: ManpagesConfig) -> list[tuple[str, str]]:
 
 
 def load_examples(config: ManpagesConfig) -> dict[str, list[tuple[str, int]]]:
-  """Split name -> (text, class id) pairs, in path order."""
   examples: dict[str, list[tuple[str, int]]] = {'train': [], 'validation': [], 'test': []}
   seen = set()
   for path, section in page_files(config):
@@ -201,8 +194,7 @@ _SECTION = re.compile(r'^([A-Z][A-Z /-]*)\n\n(.*?)(?=\n\n[A-Z][A-Z /-]*\n\n|\Z)'
 
 
 def summary_and_description(text: str) -> tuple[str, str] | None:
-  """A page's one-line summary (its NAME line after the dash, without the names) and its
-  DESCRIPTION section; None if it lacks either."""
+  """A page's one-line summary (its NAME line after the dash) and DESCRIPTION, or None."""
   sections = {m.group(1): m.group(2).strip() for m in _SECTION.finditer(text)}
   name, description = sections.get('NAME', ''), sections.get('DESCRIPTION', '')
   summary = re.split(r'\s+-+\s+', name, maxsplit=1)[-1].strip() if ' - ' in name else ''
@@ -210,9 +202,8 @@ def summary_and_description(text: str) -> tuple[str, str] | None:
 
 
 def load_pairs(config: ManpagesConfig) -> dict[str, list[tuple[str, str, int]]]:
-  """Split name -> (summary, description, label): each page's summary with its own description
-  (label 1) and with the description of the page half a split away in MD5 order (label 0), so
-  the classes are balanced and both texts of a pair come from the same split."""
+  """Split -> (summary, description, label): a page's summary with its own description (1) and
+  with the one of the page half a split away in MD5 order (0)."""
   examples = {}
   for split, pages in load_examples(config).items():
     parts = sorted((p for p in (summary_and_description(t) for t, _ in pages) if p),

@@ -1,8 +1,6 @@
-"""Classification batches (``batches.Classification``) from in-memory examples, tokenized by tf.
-
-Sentence pairs (texts [n, 2]) are laid out as ``pair_layout`` says: 'joint' gives [CLS] a [SEP]
-b [SEP] (the longer text cut first to fit L) and ``token_types``; 'dual' gives each text its own
-row of ``inputs``, ``positions`` and ``mask`` ([b, 2, L], LRA Retrieval's two towers).
+"""Classification batches from in-memory examples, tokenized by tf. Sentence pairs are laid out
+as ``pair_layout`` says: 'joint' ([CLS] a [SEP] b [SEP] and ``token_types``) or 'dual' (a row
+for each text, [b, 2, L]: LRA Retrieval's two towers).
 """
 
 from __future__ import annotations
@@ -16,7 +14,6 @@ from data import tokenizers
 
 def _features(tokenizer: tokenizers.Tokenizer, texts: np.ndarray, labels: np.ndarray,
               weights: np.ndarray, length: int, pair_layout: str) -> batches.Classification:
-  """Texts object [b] of bytes (pairs: [b, 2]), labels [b], weights float32 [b] -> a batch."""
   texts = tf.constant(texts, tf.string)
   token_types = None
   if texts.shape.rank == 1:
@@ -34,9 +31,7 @@ def _features(tokenizer: tokenizers.Tokenizer, texts: np.ndarray, labels: np.nda
 
 def maker(texts: np.ndarray, labels: np.ndarray, tokenizer: tokenizers.Tokenizer, *,
           length: int, pair_layout: str = 'joint') -> batches.Make:
-  """Batches of ``length`` tokens of the n examples (texts object [n] of bytes or [n, 2] pairs,
-  labels int32 [n] or float32 targets); example n and after are padding: an empty text, label
-  0, weight 0."""
+  """Batches of ``length`` tokens of the examples; past them, padding (empty text, weight 0)."""
   num = len(labels)
   texts = np.concatenate([texts, np.full((1,) + texts.shape[1:], b'', object)])
   labels = np.concatenate([labels, np.zeros([1], labels.dtype)])

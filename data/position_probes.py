@@ -52,9 +52,7 @@ _DESCRIPTIONS = {
 
 @dataclasses.dataclass(eq=False)
 class PositionProbesConfig(tfds.core.BuilderConfig):
-  """A probe task (one of ``TASKS``) and its sizes (the module doc): ``length`` counts [CLS];
-  each of ``test_lengths`` adds ``test_<n>_near`` and ``test_<n>_far``; ``num_eval`` is the size
-  of the validation and test splits."""
+  """A probe task (one of ``TASKS``) and its sizes (the module doc); ``length`` counts [CLS]."""
 
   task: str = 'order'
   length: int = 64
@@ -69,7 +67,6 @@ class PositionProbesConfig(tfds.core.BuilderConfig):
   extrapolation_tokens: int = 32_768
 
   def split_lengths(self) -> dict[str, int]:
-    """Split name -> sequence length in tokens (including [CLS]), training split first."""
     lengths = {'train': self.length, 'validation': self.length, 'test': self.length}
     for n in self.test_lengths:
       lengths[f'test_{n}_near'] = lengths[f'test_{n}_far'] = n
@@ -78,8 +75,7 @@ class PositionProbesConfig(tfds.core.BuilderConfig):
 
 def _order(rng: np.random.Generator, labels: np.ndarray, width: int,
            config: PositionProbesConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """(columns [num, markers], their letters [num, markers], the distance that defines the
-  example [num]) for the labels."""
+  """(marker columns [num, markers], their letters, the example's defining distance [num])."""
   del config
   num = len(labels)
   a = rng.integers(0, width, size=num)
@@ -129,9 +125,8 @@ _PLACE_MARKERS = {'order': _order, 'distance': _distance, 'nearest': _nearest}
 
 def _markers(rng: np.random.Generator, labels: np.ndarray, width: int, split: str,
              config: PositionProbesConfig) -> tuple[np.ndarray, np.ndarray]:
-  """Marker columns and letters: anywhere in ``width`` characters; for a ``_near`` split within
-  a window of the training width placed anywhere; for a ``_far`` split further apart than the
-  training width allows (redrawn until they are)."""
+  """Marker columns and letters in ``width`` characters: for ``_near`` splits within a window of
+  the training width, for ``_far`` splits further apart than it allows."""
   place, train_width = _PLACE_MARKERS[config.task], config.length - 1
   if split.endswith('_near'):
     columns, letters, _ = place(rng, labels, train_width, config)
@@ -143,8 +138,7 @@ def _markers(rng: np.random.Generator, labels: np.ndarray, width: int, split: st
 
 
 def generate(config: PositionProbesConfig, split: str) -> tuple[list[str], np.ndarray]:
-  """Generates one split, deterministically (its seed is a hash of the config and split names):
-  texts of ``split_lengths()[split] - 1`` characters and exactly balanced int64 labels."""
+  """One split, seeded by the config and split names: texts and exactly balanced labels."""
   width = config.split_lengths()[split] - 1
   num = {'train': config.num_train, 'validation': config.num_eval,
          'test': config.num_eval}.get(

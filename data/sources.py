@@ -1,9 +1,4 @@
-"""Where examples come from: TFDS builders (downloaded elsewhere, or embedded and generated here:
-``data/builders.py``).
-
-A source has named splits of (text, label) examples and reads a split, or one host's shard of it,
-into memory as NumPy arrays: texts (object [n] of bytes) and labels (int32 [n]).
-"""
+"""Where examples come from: TFDS builders, prepared elsewhere or embedded (data/builders.py)."""
 
 from __future__ import annotations
 
@@ -30,27 +25,20 @@ class Source(Protocol):
 
   def read(self, split: str, shard_index: int = 0,
            shard_count: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """Part ``shard_index`` of ``shard_count`` disjoint parts of a split (reading only that part):
-    texts (object [n] of bytes, or [n, 2] for pairs) and labels (int32 [n])."""
+    """Part ``shard_index`` of ``shard_count`` of a split, reading only that part: texts (object
+    [n] of bytes, or [n, 2] for pairs) and labels (int32 [n])."""
 
 
 def shard_bounds(num: int, index: int, count: int) -> tuple[int, int]:
-  """[start, stop) of part ``index`` when ``num`` items are cut into ``count`` contiguous parts
-  whose sizes differ by at most one."""
+  """[start, stop) of part ``index`` of ``count`` near-equal contiguous parts of ``num`` items."""
   return num * index // count, num * (index + 1) // count
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainShards:
-  """How the training split is shared out between processes (``data.num_shards``).
-
-  The split is cut into ``count`` contiguous shards (``Source.read(split, j, count)``). Rows
-  ``[j R, (j + 1) R)`` of every global batch of B rows (R = B / count) draw from shard j, in its
-  own shuffle per epoch. The global batches depend on ``count``, never on the number of
-  processes; a process owning ``rows`` (first row, number) reads only the shards its rows draw
-  from: its 1/k of the split when the k processes divide ``count``, the whole split when
-  ``count`` is 1 (one shuffle of the whole split).
-  """
+  """The training split cut into ``count`` contiguous shards (``data.num_shards``): rows [j R,
+  (j + 1) R) of every global batch (R = B / count) draw from shard j, in its own shuffle per
+  epoch. A process owning ``rows`` (first row, number) reads only the shards they draw from."""
 
   count: int
   global_batch_size: int
@@ -65,22 +53,18 @@ class TrainShards:
 
   @property
   def needed(self) -> range:
-    """The shards this process's rows draw from."""
     first, num = self.rows
     return range(first // self.rows_per_shard, (first + num - 1) // self.rows_per_shard + 1)
 
   def locate(self, step: Any, row: Any) -> tuple[Any, Any]:
-    """(shard, slot in the shard: examples it gave before) of global-batch ``row`` at ``step``;
-    ints, NumPy arrays or tf tensors alike."""
+    """(shard, slot in the shard) of global-batch ``row`` at ``step``."""
     return row // self.rows_per_shard, step * self.rows_per_shard + row % self.rows_per_shard
 
   def epoch_key(self, epoch: Any, shard: Any) -> Any:
-    """The shuffle key of (epoch, shard); with one shard, the epoch."""
     return epoch * self.count + shard
 
 
 def check_shards(count: int, global_batch_size: int) -> None:
-  """ValueError unless ``data.num_shards`` is >= 1 and divides the global batch."""
   if count < 1 or global_batch_size % count:
     raise ValueError(f'data.num_shards={count} must be >= 1 and divide the global batch size '
                      f'{global_batch_size}: each shard fills an equal part of every batch. Use a '
@@ -89,7 +73,6 @@ def check_shards(count: int, global_batch_size: int) -> None:
 
 def read_shards(source: Source, split: str, shards: TrainShards) -> list[tuple[np.ndarray,
                                                                               np.ndarray]]:
-  """(texts, labels) of each shard in ``shards.needed``; ValueError if one is empty."""
   parts = [source.read(split, j, shards.count) for j in shards.needed]
   if any(not len(labels) for _, labels in parts):
     raise ValueError(f'The {split} split has fewer examples than data.num_shards='
@@ -129,9 +112,7 @@ class TfdsSource:
 
 
 def tfds_text_source(name: str, data_dir: str | None) -> TfdsSource:
-  """A source for a dataset of kind ``tfds`` (``data.DATASETS``), which must already be prepared
-  in data_dir: if not, FileNotFoundError saying how to prepare it (within a second, without
-  network access)."""
+  """A source for a prepared TFDS dataset (FileNotFoundError, at once, if it is not)."""
   builder = tfds.builder(name, data_dir=data_dir)
   if not builder.is_prepared():
     raise FileNotFoundError(
@@ -144,20 +125,15 @@ def tfds_text_source(name: str, data_dir: str | None) -> TfdsSource:
 
 
 def embedded_source(builder: builders.EmbeddedBuilder) -> TfdsSource:
-  """A source for an embedded builder (its ``TEXTS``: one text, or a pair), generated on first
-  use."""
+  """A source for an embedded builder, generated on first use."""
   prepare(builder)
   return TfdsSource(builder, data.TextFields(builder.TEXTS, {s: s for s in builder.info.splits},
                                              pair=len(builder.TEXTS) == 2))
 
 
 def prepare(builder: tfds.core.GeneratorBasedBuilder) -> None:
-  """Generates an embedded dataset into its data_dir unless it is already there (no download).
-
-  TFDS writes into a temporary directory and renames it when complete, so an interrupted
-  preparation is redone, never half-used. Missing local files it is made from raise
-  FileNotFoundError (saying how to install them) as such, not wrapped by TFDS.
-  """
+  """Generates an embedded dataset into its data_dir unless it is there (TFDS renames a complete
+  one into place); a missing local file raises the builder's FileNotFoundError, not TFDS's."""
   if not builder.is_prepared():
     try:
       builder.download_and_prepare(download_config=tfds.download.DownloadConfig(

@@ -1,13 +1,9 @@
 """Tokenizers: UTF-8 bytes (default), SentencePiece, WordPiece and byte-level BPE trained offline
-on the training split (cached in the workdir), and a Hugging Face tokenizer (``tokenizer.json``
-or a WordPiece ``vocab.txt``, e.g. a checkpoint's).
+on the training split (cached in the workdir), and a Hugging Face tokenizer.
 
-Every tokenizer carries its special ids (``specials``), and the pipeline reads them from there.
-Bytes and SentencePiece share the ids below and give [CLS] followed by the text's tokens, and
-for pairs [CLS] a [SEP] b [SEP] (``join_pairs``); a Hugging Face tokenizer assembles inputs as
-its own post-processor does ([CLS] a [SEP] for BERT/RoFormer vocabularies), so a model
-fine-tuned here sees exactly what ``transformers`` feeds it. Truncated and right-padded to a
-fixed length, inside a tf.data pipeline.
+Bytes and SentencePiece share the ids below: [CLS] then the text's tokens, pairs [CLS] a [SEP] b
+[SEP] (``join_pairs``); a Hugging Face tokenizer assembles inputs as its post-processor does, as
+``transformers`` feeds them. Every tokenizer carries its special ids (``specials``).
 """
 
 from __future__ import annotations
@@ -75,8 +71,7 @@ class Tokenizer(Protocol):
 
 
 def _starts_from_table(tokenizer, ids: np.ndarray) -> np.ndarray:
-  """Word starts where a token does not continue a word (the tokenizer's vocabulary-wide table
-  ``_continues_V``), and at the first token."""
+  """Word starts: tokens that do not continue a word (``tokenizer._continues_V``), and the first."""
   starts = ~tokenizer._continues_V[ids]  # pylint: disable=protected-access
   starts[..., 0] = True
   return starts
@@ -89,9 +84,8 @@ def _check_length(length: int) -> None:
 
 def join_pairs(tokenizer: Tokenizer, texts_Bx2: tf.Tensor,
                length: int) -> tuple[tf.Tensor, tf.Tensor]:
-  """Pairs -> (ids, token types), int32 [b, length] each: [CLS] a [SEP] b [SEP], padded; a pair
-  too long loses tokens from the end of its longer text first (BERT's 'longest first'); types
-  are 1 from b's first token to its [SEP]. ``tokenizer.encode_batch`` gives each text's tokens."""
+  """Pairs -> (ids, token types) int32 [b, length]: [CLS] a [SEP] b [SEP], cut longest first (as
+  BERT), padded; types are 1 from b's first token to its [SEP]."""
   if length < 3:
     raise ValueError(f'Sequence length {length} must be >= 3 for pairs ([CLS] and two [SEP])')
   ids_of = tokenizer.specials
@@ -120,15 +114,13 @@ _BYTE_WORDLIKE_V[[b + NUM_SPECIAL for b in range(256)
 
 
 class ByteTokenizer:
-  """UTF-8 bytes as tokens (id = byte + 4), no vocabulary; any byte string is valid input, so
-  no byte is unknown and the [UNK] id serves as [MASK]."""
+  """UTF-8 bytes as tokens (id = byte + 4): no byte is unknown, so the [UNK] id is [MASK]."""
 
   vocab_size = BYTE_VOCAB_SIZE
   specials = dataclasses.replace(OWN_SPECIALS, mask=UNK_ID)
   encode_pairs = join_pairs
 
   def encode_batch(self, texts: tf.Tensor, length: int) -> tf.Tensor:
-    """Texts (tf.string [b]) -> int32 [b, length]: [CLS], the first length-1 bytes, 0-padded."""
     _check_length(length)
     body = tf.strings.substr(texts, 0, length - 1)  # Bytes, so a cut may split a character.
     raw = tf.io.decode_raw(body, tf.uint8, fixed_length=length - 1)  # Zero-padded: [b, length-1].
@@ -150,8 +142,8 @@ class ByteTokenizer:
 
 
 class SentencePieceTokenizer:
-  """A SentencePiece model whose ids 0-3 are [PAD], [CLS], [SEP], [UNK]; non-UTF-8 bytes are
-  decoded as U+FFFD before encoding."""
+  """A SentencePiece model whose ids 0-3 are [PAD], [CLS], [SEP], [UNK]; invalid UTF-8 is read as
+  U+FFFD."""
 
   def __init__(self, model_proto: bytes):
     self._processor = spm.SentencePieceProcessor(model_proto=model_proto)
@@ -163,7 +155,6 @@ class SentencePieceTokenizer:
   encode_pairs = join_pairs
 
   def _encode_numpy(self, texts: np.ndarray, length: np.ndarray) -> np.ndarray:
-    """Bytes [b] -> int32 [b, length] (runs in tf.numpy_function)."""
     ids = np.full((len(texts), int(length)), PAD_ID, np.int32)
     ids[:, 0] = CLS_ID
     for row, p in zip(ids, self.tokenize(texts)):
@@ -172,7 +163,6 @@ class SentencePieceTokenizer:
     return ids
 
   def encode_batch(self, texts: tf.Tensor, length: int) -> tf.Tensor:
-    """Texts (tf.string [b]) -> int32 [b, length]: [CLS], the first length-1 pieces, 0-padded."""
     _check_length(length)
     ids = tf.numpy_function(self._encode_numpy, [texts, length], tf.int32, stateful=False)
     return tf.ensure_shape(ids, [None, length])
@@ -186,7 +176,6 @@ class SentencePieceTokenizer:
 
   @functools.cached_property
   def _continues_V(self) -> np.ndarray:
-    """Pieces without SentencePiece's word-start marker continue a word."""
     return np.array([i >= NUM_SPECIAL and not self._processor.id_to_piece(i).startswith('\u2581')
                      for i in range(self.vocab_size)])
 
@@ -194,9 +183,8 @@ class SentencePieceTokenizer:
 
 
 def train_sentencepiece(texts: Iterable[bytes], vocab_size: int, *, seed: int = 0) -> bytes:
-  """A unigram SentencePiece model, serialized. ``vocab_size`` counts the special pieces and is an
-  upper bound (smaller corpora give fewer); ``seed`` makes the sampling of sentences
-  reproducible."""
+  """A unigram SentencePiece model, serialized; ``vocab_size`` (with the special pieces) is an
+  upper bound."""
   spm.set_random_generator_seed(seed)
   model = io.BytesIO()
   spm.SentencePieceTrainer.train(
@@ -213,10 +201,8 @@ def train_sentencepiece(texts: Iterable[bytes], vocab_size: int, *, seed: int = 
 def load_or_train_sentencepiece(
     workdir: str, dataset: str, vocab_size: int,
     read_training_texts: Callable[[], Iterable[bytes]] | None) -> SentencePieceTokenizer:
-  """Loads ``workdir/spm.model``, or trains it on ``read_training_texts()`` and saves it there,
-  with ``spm.json``: the dataset and vocabulary size it was trained for, so a workdir reused
-  with other settings fails (ValueError) instead of silently using the wrong vocabulary.
-  FileNotFoundError if there is none and no ``read_training_texts``."""
+  """``workdir/spm.model``, or one trained on ``read_training_texts()`` and saved there with
+  ``spm.json`` (what it was trained for: a workdir reused with other settings is an error)."""
   model_path = os.path.join(workdir, SP_MODEL_FILE)
   meta_path = os.path.join(workdir, SP_META_FILE)
   meta = {'dataset': dataset, 'sp_vocab_size': vocab_size}
@@ -256,9 +242,8 @@ HF_TOKENIZER_CONFIG = 'tokenizer_config.json'
 
 
 class HuggingFaceTokenizer:
-  """A ``tokenizers`` library tokenizer; inputs are assembled by its post-processor ([CLS] a
-  [SEP], pairs [CLS] a [SEP] b [SEP] with types 0/1 for BERT/RoFormer), truncated longest first
-  and padded with its [PAD], as ``transformers`` does. Special ids are looked up by name."""
+  """A ``tokenizers`` library tokenizer: inputs assembled by its post-processor, truncated
+  longest first and padded with its [PAD], as ``transformers`` does."""
 
   def __init__(self, serialized: str):
     self.serialized = serialized  # tokenizer.json content
@@ -287,7 +272,6 @@ class HuggingFaceTokenizer:
     return self._by_length[length]
 
   def _encode_numpy(self, texts: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Bytes [b] or [b, 2] -> (ids, types) int32 [b, length] (runs in tf.numpy_function)."""
     text = lambda t: t.decode('utf-8', errors='replace')
     inputs = [text(t) if texts.ndim == 1 else (text(t[0]), text(t[1])) for t in texts]
     encodings = self._at(int(length)).encode_batch(inputs) if inputs else []
@@ -322,8 +306,8 @@ class HuggingFaceTokenizer:
 
   @functools.cached_property
   def _continues_V(self) -> np.ndarray:
-    """WordPiece: a '##' token continues a word; byte-level BPE: one without a leading space
-    (or newline) marker does; other models: one without SentencePiece's marker."""
+    """WordPiece: '##' tokens continue a word; byte-level BPE: tokens without a space (or
+    newline) marker; other models: tokens without SentencePiece's marker."""
     kind = json.loads(self.serialized)['model']['type']
     vocab = self._decoder.get_vocab(with_added_tokens=True)
     continues_V = np.zeros(self.vocab_size, bool)
@@ -347,24 +331,33 @@ def _wordpiece(vocab_path: str) -> hf_tokenizers.Tokenizer:
   if os.path.isfile(config_path):
     with open(config_path) as f:
       lowercase = bool(json.load(f).get('do_lower_case', True))
-  tokenizer = hf_tokenizers.Tokenizer(
-      hf_tokenizers.models.WordPiece.from_file(vocab_path, unk_token='[UNK]'))
+  tokenizer = _bert(hf_tokenizers.models.WordPiece.from_file(vocab_path, unk_token='[UNK]'),
+                    lowercase)
+  if None in (tokenizer.token_to_id('[CLS]'), tokenizer.token_to_id('[SEP]')):
+    raise ValueError(f'{vocab_path} has no [CLS] or [SEP] token: not a BERT-style vocabulary.')
+  return _cls_sep(tokenizer)
+
+
+def _bert(model, lowercase: bool = True) -> hf_tokenizers.Tokenizer:
+  """A WordPiece ``model`` with BERT's normalizer, pre-tokenizer and decoder."""
+  tokenizer = hf_tokenizers.Tokenizer(model)
   tokenizer.normalizer = hf_tokenizers.normalizers.BertNormalizer(lowercase=lowercase)
   tokenizer.pre_tokenizer = hf_tokenizers.pre_tokenizers.BertPreTokenizer()
-  cls, sep = tokenizer.token_to_id('[CLS]'), tokenizer.token_to_id('[SEP]')
-  if cls is None or sep is None:
-    raise ValueError(f'{vocab_path} has no [CLS] or [SEP] token: not a BERT-style vocabulary.')
-  tokenizer.post_processor = hf_tokenizers.processors.TemplateProcessing(
-      single='[CLS] $A [SEP]', pair='[CLS] $A [SEP] $B:1 [SEP]:1',
-      special_tokens=[('[CLS]', cls), ('[SEP]', sep)])
   tokenizer.decoder = hf_tokenizers.decoders.WordPiece()
   return tokenizer
 
 
+def _cls_sep(tokenizer: hf_tokenizers.Tokenizer) -> hf_tokenizers.Tokenizer:
+  """With BERT's post-processor: [CLS] a [SEP], pairs [CLS] a [SEP] b [SEP] with types 0/1."""
+  tokenizer.post_processor = hf_tokenizers.processors.TemplateProcessing(
+      single='[CLS] $A [SEP]', pair='[CLS] $A [SEP] $B:1 [SEP]:1',
+      special_tokens=[(t, tokenizer.token_to_id(t)) for t in ('[CLS]', '[SEP]')])
+  return tokenizer
+
+
 def read_huggingface(path: str) -> str:
-  """The tokenizer.json content of a tokenizer given as ``tokenizer.json``, a WordPiece
-  ``vocab.txt``, or a directory holding one (a Hugging Face checkpoint's); FileNotFoundError
-  naming what was looked for."""
+  """The tokenizer.json content of a ``tokenizer.json``, a WordPiece ``vocab.txt``, or a
+  directory holding one (a Hugging Face checkpoint's)."""
   path = storage.canonical(path)
   if storage.is_dir(path):
     for name in (HF_TOKENIZER_FILE, HF_VOCAB_FILE):
@@ -380,8 +373,8 @@ def read_huggingface(path: str) -> str:
 
 
 def load_huggingface(workdir: str | None, path: str) -> HuggingFaceTokenizer:
-  """The tokenizer at ``path``, cached in ``workdir/tokenizer.json``: a workdir keeps using its
-  copy (also when ``path`` has moved); a different tokenizer at ``path`` is an error."""
+  """The tokenizer at ``path``, copied into ``workdir/tokenizer.json`` (used once ``path`` has
+  moved; a different tokenizer at ``path`` is an error)."""
   cached = os.path.join(workdir, HF_TOKENIZER_FILE) if workdir else None
   if cached and storage.is_file(cached):
     saved = storage.read_text(cached)
@@ -403,16 +396,11 @@ TRAINED_META_FILE = 'tokenizer_meta.json'
 
 
 def train_huggingface(kind: str, texts: Iterable[bytes], vocab_size: int) -> str:
-  """Trains a WordPiece (BERT's: lower-cased, split on whitespace and punctuation) or byte-level
-  BPE (GPT-2's: any byte string, no unknown token) tokenizer with the ``tokenizers`` library;
-  returns its tokenizer.json. Inputs are assembled as [CLS] a [SEP] (pairs [CLS] a [SEP] b
-  [SEP]). Deterministic for the same texts."""
+  """The tokenizer.json of a WordPiece (BERT's) or byte-level BPE (GPT-2's) tokenizer trained on
+  ``texts``, assembling [CLS] a [SEP] b [SEP]."""
   models, trainers = hf_tokenizers.models, hf_tokenizers.trainers
   if kind == 'wordpiece':
-    tokenizer = hf_tokenizers.Tokenizer(models.WordPiece(unk_token='[UNK]'))
-    tokenizer.normalizer = hf_tokenizers.normalizers.BertNormalizer(lowercase=True)
-    tokenizer.pre_tokenizer = hf_tokenizers.pre_tokenizers.BertPreTokenizer()
-    tokenizer.decoder = hf_tokenizers.decoders.WordPiece()
+    tokenizer = _bert(models.WordPiece(unk_token='[UNK]'))
     trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=_TRAINED_SPECIALS,
                                         show_progress=False)
   elif kind == 'bpe':
@@ -425,19 +413,13 @@ def train_huggingface(kind: str, texts: Iterable[bytes], vocab_size: int) -> str
   else:
     raise ValueError(f'Unknown trained tokenizer {kind!r}; valid: wordpiece, bpe')
   tokenizer.train_from_iterator((t.decode('utf-8', errors='replace') for t in texts), trainer)
-  ids = {t: tokenizer.token_to_id(t) for t in ('[CLS]', '[SEP]')}
-  tokenizer.post_processor = hf_tokenizers.processors.TemplateProcessing(
-      single='[CLS] $A [SEP]', pair='[CLS] $A [SEP] $B:1 [SEP]:1',
-      special_tokens=list(ids.items()))
-  return tokenizer.to_str()
+  return _cls_sep(tokenizer).to_str()
 
 
 def load_or_train_huggingface(workdir: str, kind: str, dataset: str, vocab_size: int,
                               read_training_texts: Callable[[], Iterable[bytes]] | None
                               ) -> HuggingFaceTokenizer:
-  """``workdir/tokenizer.json``, or a ``kind`` tokenizer trained on ``read_training_texts()``
-  and saved there with ``tokenizer_meta.json`` (what it was trained for: a workdir reused with
-  other settings is an error, as for SentencePiece)."""
+  """``workdir/tokenizer.json``, or as ``load_or_train_sentencepiece``, with its meta file."""
   path = os.path.join(workdir, HF_TOKENIZER_FILE)
   meta_path = os.path.join(workdir, TRAINED_META_FILE)
   meta = {'tokenizer': kind, 'dataset': dataset, 'vocab_size': vocab_size}
