@@ -38,6 +38,7 @@ def test_rope_bench_runs_at_a_tiny_shape(tmp_path):
   assert len(result['figures']) == 3 and all(f['value'] > 0 for f in result['figures'])
 
 
+@pytest.mark.slow  # ~50 s on a quiet 2-core CPU: compiles of the train and eval steps
 def test_attention_impl_times_the_eval_step_chunked_and_written_out(tmp_path):
   result, _ = run_script('attention_impl.py', '--size=tiny', '--length=32', '--batch_size=2',
                          '--eval_batch_size=2', '--eval_lengths=16,32', '--rounds=1',
@@ -49,6 +50,7 @@ def test_attention_impl_times_the_eval_step_chunked_and_written_out(tmp_path):
   assert [r[0] for r in result['rows']] == ['rotary', 'rotary eval at 16', 'rotary eval at 32']
 
 
+@pytest.mark.slow  # ~50 s: builds and times both our model and Hugging Face's
 def test_finetune_reports_speed_memory_and_what_remat_buys(tmp_path):
   pytest.importorskip('transformers')
   result, _ = run_script('finetune.py', '--size=tiny', '--length=32', '--batch_size=2',
