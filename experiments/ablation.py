@@ -1,15 +1,13 @@
-"""A grid of runs (datasets x position schemes x attention kinds x lengths, seeds vmapped)
-that differ only in the field under study: each cell is one ``train_and_evaluate`` workdir
-under the ablation workdir, skipped once its ``summary.json`` exists (an interrupted sweep
-resumes). ``select`` picks a slice (glob patterns over cell names, or ``i:j``), so a sweep can be
-spread over machines that share the workdir.
-"""
+"""A grid of runs (datasets x position schemes x attention kinds x lengths) that differ only in
+the field under study: each cell is one ``train_and_evaluate`` workdir, skipped once finished (a
+sweep resumes); ``select`` picks a slice, so machines sharing the workdir can split a sweep."""
 
 from __future__ import annotations
 
 import ast
 import dataclasses
 import fnmatch
+import itertools
 import multiprocessing
 import os
 import tempfile
@@ -47,9 +45,8 @@ def register_section(section: Callable[..., list[str]]) -> None:
 @dataclasses.dataclass(frozen=True)
 class Grid:
   """How ablate.py runs one kind of grid config: ``cells(config, workdir, only)`` checks it and
-  picks the cells, before anything heavy; ``run(config, workdir, cells, command=, fresh=)``
-  trains the unfinished ones and returns the report; ``report(config, workdir, cells,
-  command=)`` rebuilds the report alone (None: --report_only does not apply, the grid runs)."""
+  picks the cells; ``run(config, workdir, cells, command=, fresh=)`` trains and reports;
+  ``report(config, workdir, cells, command=)`` only reports (None: --report_only runs the grid)."""
 
   cells: Callable[[ml_collections.ConfigDict, str, str], Any]
   run: Callable[..., str]
@@ -61,15 +58,13 @@ GRIDS: dict[str, Grid] = {}
 
 
 def register_grid(groups: Sequence[str], kind: Grid) -> None:
-  for group in groups:
-    GRIDS[group] = kind
+  GRIDS.update(dict.fromkeys(groups, kind))
 
 
 def grid_kind(config: ml_collections.ConfigDict) -> Grid:
   """The grid kind of an ablation config: a project's, by its group, or this module's."""
-  marked = [kind for group, kind in GRIDS.items() if group in config]
-  return marked[0] if marked else Grid(lambda c, workdir, only: select(check_grid(c), only),
-                                       run_grid, build_report)
+  return next((kind for group, kind in GRIDS.items() if group in config),
+              Grid(lambda c, workdir, only: select(check_grid(c), only), run_grid, build_report))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -91,13 +86,11 @@ class AblationConfig:
                                                  example='softmax,linear')
   # data.max_length values (empty: data.max_length).
   max_lengths: tuple[int, ...] = settings.setting((), R, items=int, example='64,128')
-  # data.random_positions values: 0 plain positions, N randomized ones (Ruoss et al. 2023: a
-  # sorted sample of 0 .. N - 1; the paper's N is 2048), each scheme run with each value; a
-  # scheme that reads no position ids (none, cope) runs plain only, as the paper has it
-  # (empty: data.random_positions).
+  # data.random_positions values: 0 plain, N randomized (Ruoss et al. 2023: a sorted sample of
+  # 0 .. N - 1); schemes that read no position ids run plain only (empty: data.random_positions).
   random_positions: tuple[int, ...] = settings.setting((), R, items=int, example='0,2048')
-  # Peak learning rates tried per scheme, trained together with the seeds (one member per pair);
-  # each scheme is reported at the rate with the best mean validation accuracy.
+  # Peak learning rates per scheme (one member per rate and seed); the best mean validation
+  # accuracy's is reported.
   learning_rates: tuple[float, ...] = settings.setting((1e-3,), R, items=float,
                                                        example='1e-3,3e-3')
   # Seeds per run, trained together (paired across schemes).
@@ -105,10 +98,8 @@ class AblationConfig:
   # Scheme the others are compared with (paired tests, Holm-corrected).
   reference: str = settings.setting(models.positions.Rotary.name, R)
   report_memory: bool = settings.setting(False, T)  # Also report each run's train-step memory.
-  # Runs trained at once on a CPU machine, each in its own process: compiling is single-threaded
-  # and a small model's steps leave cores idle, so 2 on 2 cores finish a pair of runs in 0.6x
-  # the time. 1 elsewhere: accelerators are not shared between processes. (A two-stage grid
-  # trains one run after another: a fine-tuning run needs its pre-training.)
+  # Runs trained at once on a CPU machine, each in its own process (compiling is single-threaded:
+  # 2 on 2 cores take 0.6x the time); 1 elsewhere: accelerators are not shared between processes.
   workers: int = settings.setting(1, T)
 
   def __post_init__(self):
@@ -130,8 +121,7 @@ class AblationConfig:
     self.rows()  # a malformed variant is refused here
 
   def rows(self) -> list[tuple[str, tuple[tuple[str, Any], ...]]]:
-    """Each row's name and its changes beyond ``model.position``: the positions, then the
-    variants."""
+    """Each row's name and its changes: the positions, then the variants."""
     rows, groups = [(p, ()) for p in self.positions], settings.groups(RunConfig)
     for text in self.variants:
       name, position, *fields = text.split(':') + [''] * (':' not in text)
@@ -149,8 +139,7 @@ class AblationConfig:
 
 
 def _literal(text: str) -> Any:
-  """A variant's value as Python reads it (0.75, 4, True, 'linear'; a list as a tuple); text if
-  it is none."""
+  """A variant's value as Python reads it (a list as a tuple), else the text."""
   try:
     value = ast.literal_eval(text)
   except (ValueError, SyntaxError):
@@ -159,7 +148,7 @@ def _literal(text: str) -> Any:
 
 
 def group() -> ml_collections.ConfigDict:
-  """The ``ablation`` group's defaults, for a config file to change."""
+  """The ``ablation`` group's defaults."""
   return settings.group_dict(AblationConfig)
 
 
@@ -184,20 +173,15 @@ class Cell:
 
   @property
   def name(self) -> str:
-    parts = [self.dataset.replace('/', '-'), self.position]
-    if self.attention != 'softmax':
-      parts[-1] += f'-{self.attention}'
-    if self.random_positions:
-      parts[-1] += f'-random{self.random_positions}'
-    if self.max_length:
-      parts[-1] += f'-L{self.max_length}'
-    return '/'.join(parts)
+    suffix = (f'-{self.attention}' * (self.attention != 'softmax')
+              + f'-random{self.random_positions}' * bool(self.random_positions)
+              + f'-L{self.max_length}' * bool(self.max_length))
+    return f'{self.dataset.replace("/", "-")}/{self.position}{suffix}'
 
 
 def check_grid(config: ml_collections.ConfigDict) -> list[Cell]:
-  """The cells of ``config.ablation``, datasets outermost, after checking its names and the
-  fields every run shares (each cell's run config is built): a typo is an error, never a 'not
-  applicable' row."""
+  """The cells of ``config.ablation``, each cell's run config built (checked): a typo is an
+  error, never a 'not applicable' row."""
   a = grid(config)
   cells = [Cell(d, p, at, n, r, changes) for d in a.datasets for at in a.attentions
            for n in a.max_lengths or [None] for p, changes in a.rows()
@@ -227,9 +211,8 @@ def select(cells: list[Cell], only: str) -> list[Cell]:
 
 def cell_config(config: ml_collections.ConfigDict, cell: Cell,
                 extra: Mapping[str, Any] | None = None) -> RunConfig:
-  """The run config of one cell: the base config with only the studied fields changed, and the
-  grid's seeds and learning rates; then the dotted ``extra`` changes (a two-stage grid's
-  pre-trained model, projects/two_stage/grid.py)."""
+  """The base config with the cell's fields, the grid's seeds and rates, and the dotted ``extra``
+  changes (projects/two_stage/grid.py's pre-trained model)."""
   a = grid(config)
   changes = {'data.name': cell.dataset, 'model.position': cell.position,
              'model.attention': cell.attention, 'train.num_seeds': a.num_seeds,
@@ -248,8 +231,7 @@ def cell_config(config: ml_collections.ConfigDict, cell: Cell,
 
 def cell_changes(run_dir: str, run_config: RunConfig,
                  fields: Sequence[str] = RESULT_FIELDS) -> list[str]:
-  """What differs between a finished cell (saved config in ``fields``, data) and ``run_config``,
-  one phrase each; [] for an unfinished or unchanged cell."""
+  """What differs between a finished cell (config ``fields``, data) and ``run_config``."""
   run = report_lib.load_run(run_dir)
   if run is None:
     return []
@@ -269,16 +251,13 @@ def cell_changes(run_dir: str, run_config: RunConfig,
 
 def stale_cells(config: ml_collections.ConfigDict, workdir: str,
                 cells: list[Cell]) -> dict[Cell, list[str]]:
-  """Finished cells whose saved config (fields that change results) or data differ from what
-  the grid gives now, with what differs."""
+  """Finished cells whose config or data differ from what the grid gives now: what differs."""
   stale = {c: cell_changes(os.path.join(workdir, c.name), cell_config(config, c)) for c in cells}
   return {c: changes for c, changes in stale.items() if changes}
 
 
 def set_aside(workdir: str, stale: Mapping[Any, list[str]], fresh: bool) -> None:
-  """Refuses finished cells (anything with a ``name``) made with another config or data, what
-  differs in ``stale``, or with ``fresh`` moves them aside (never deletes) so that they are
-  trained again."""
+  """Refuses ``stale`` cells, or with ``fresh`` moves them aside (never deletes) to retrain."""
   if stale and not fresh:
     details = '; '.join(f'{c.name}: {", ".join(d)}' for c, d in stale.items())
     raise ValueError(f'{len(stale)} finished run(s) in {workdir} were made with another config '
@@ -287,9 +266,8 @@ def set_aside(workdir: str, stale: Mapping[Any, list[str]], fresh: bool) -> None
                      '(<run>.stale-N) and train them again, or restore the config, or use a '
                      'new --workdir.')
   for cell in stale:
-    run_dir, k = os.path.join(workdir, cell.name), 1
-    while storage.exists(f'{run_dir}.stale-{k}'):
-      k += 1
+    run_dir = os.path.join(workdir, cell.name)
+    k = next(k for k in itertools.count(1) if not storage.exists(f'{run_dir}.stale-{k}'))
     if jax.process_index() == 0:
       storage.move(run_dir, f'{run_dir}.stale-{k}')
     console(f'{cell.name}: made with another config or data; moved to {run_dir}.stale-{k}.')
@@ -297,7 +275,7 @@ def set_aside(workdir: str, stale: Mapping[Any, list[str]], fresh: bool) -> None
 
 def run_grid(config: ml_collections.ConfigDict, workdir: str, cells: list[Cell], *,
              command: str = '', fresh: bool = False) -> str:
-  """Runs (or skips, if finished) every cell, then writes and returns the report."""
+  """Runs the unfinished cells, then writes and returns the report."""
   workdir = validation.check_workdir(workdir)
   set_aside(workdir, stale_cells(config, workdir, cells), fresh)
   storage.makedirs(workdir)
@@ -308,11 +286,10 @@ def run_grid(config: ml_collections.ConfigDict, workdir: str, cells: list[Cell],
 
 
 def train_cells(workdir: str, cells: Sequence[Any], configure: Callable[[Any], RunConfig],
-                prepare: Callable[[Any, str], None] | None = None, workers: int = 1) -> None:
-  """Trains the unfinished ``cells`` (each with a ``name``, ``dataset``, ``position`` and
-  ``attention``) in order, each with ``configure(cell)``, after ``prepare(cell, run_dir)``; a
-  cell whose model cannot be built is marked not applicable. With ``workers`` > 1 on a
-  single-process CPU run, that many cells train at once, each in a process of its own."""
+                prepare: Callable[[Any, str], None] = lambda cell, run_dir: None,
+                workers: int = 1) -> None:
+  """Trains the unfinished ``cells`` with ``configure(cell)`` after ``prepare(cell, run_dir)``
+  (``workers`` at once on a single-process CPU run); a model that cannot be built is marked."""
   todo = [c for c in cells if report_lib.load_run(os.path.join(workdir, c.name)) is None]
   console(f'{len(cells) - len(todo)} of {len(cells)} runs already finished.')
   runnable = []
@@ -322,7 +299,11 @@ def train_cells(workdir: str, cells: Sequence[Any], configure: Callable[[Any], R
       run_config.check_model()
     except ValueError as e:  # e.g. a bias scheme with linear attention
       console(f'{cell.name}: not applicable: {e}')
-      _mark_not_applicable(os.path.join(workdir, cell.name), cell, str(e))
+      if jax.process_index() == 0:
+        storage.makedirs(run_dir := os.path.join(workdir, cell.name))
+        storage.write_json(os.path.join(run_dir, report_lib.NOT_APPLICABLE_FILE), {
+            'dataset': cell.dataset, 'position': cell.position, 'attention': cell.attention,
+            'reason': str(e)})
       continue
     runnable.append((cell, run_config))
   started, finished = time.perf_counter(), len(cells) - len(runnable)
@@ -339,8 +320,7 @@ def _train_serially(workdir: str, runnable: list[tuple[Any, RunConfig]], prepare
   for i, (cell, run_config) in enumerate(runnable):
     run_dir, t0 = os.path.join(workdir, cell.name), time.perf_counter()
     console(f'[{finished + i + 1}/{total}] {cell.name}')
-    if prepare:
-      prepare(cell, run_dir)
+    prepare(cell, run_dir)
     trainer.train_and_evaluate(run_config, run_dir)
     durations.append(time.perf_counter() - t0)
     left = len(runnable) - i - 1
@@ -350,10 +330,8 @@ def _train_serially(workdir: str, runnable: list[tuple[Any, RunConfig]], prepare
 
 def _train_parallel(workdir: str, runnable: list[tuple[Any, RunConfig]], prepare, finished: int,
                     total: int, workers: int) -> None:
-  """``workers`` cells at a time, in worker processes (spawned: JAX is not fork-safe), after
-  their datasets are prepared here, once (two runs must not generate one dataset together; a
-  tokenizer trained here is thrown away, each run trains its own). After a run's error the runs
-  already started finish, no other starts, and the error is raised."""
+  """In spawned processes (JAX is not fork-safe), the datasets prepared here first: two runs must
+  not generate one together. A run's error lets the started ones finish, then is raised."""
   for rc in {(rc.data, rc.train.task): rc for _, rc in runnable}.values():
     with tempfile.TemporaryDirectory() as scratch:
       tasks.of(rc).load(rc.data, scratch, 'joint')
@@ -362,9 +340,7 @@ def _train_parallel(workdir: str, runnable: list[tuple[Any, RunConfig]], prepare
     pending = {}
     try:
       for cell, run_config in runnable:
-        run_dir = os.path.join(workdir, cell.name)
-        if prepare:
-          prepare(cell, run_dir)
+        prepare(cell, run_dir := os.path.join(workdir, cell.name))
         pending[pool.submit(_train_cell, run_config, run_dir, cell.name)] = cell
       console(f'Training {len(runnable)} runs, {workers} at a time (ablation.workers).')
       for done in futures.as_completed(pending):
@@ -377,23 +353,14 @@ def _train_parallel(workdir: str, runnable: list[tuple[Any, RunConfig]], prepare
 
 
 def _train_cell(run_config: RunConfig, run_dir: str, name: str) -> None:
-  """One cell in a worker process: its lines on the console carry its name."""
   trainer.setup_runtime(run_config)
   set_console_prefix(f'[{name}]')
   trainer.train_and_evaluate(run_config, run_dir)
 
 
-def _mark_not_applicable(run_dir: str, cell: Any, reason: str) -> None:
-  if jax.process_index() == 0:
-    storage.makedirs(run_dir)
-    storage.write_json(os.path.join(run_dir, report_lib.NOT_APPLICABLE_FILE), {
-        'dataset': cell.dataset, 'position': cell.position, 'attention': cell.attention,
-        'reason': reason})
-
-
 def build_report(config: ml_collections.ConfigDict, workdir: str, cells: list[Cell], *,
                  command: str) -> str:
-  """Rebuilds report.md, results.csv/json and plots from the finished cells (no training)."""
+  """Rebuilds the report from the finished cells (no training)."""
   workdir = validation.check_workdir(workdir)
   set_aside(workdir, stale_cells(config, workdir, cells), fresh=False)
   runs = [r for c in cells

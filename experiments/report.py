@@ -1,12 +1,6 @@
-"""The ablation report: per dataset, the chosen learning rates, accuracy at the training length
-and beyond it, paired comparisons with the reference scheme on every column, steps to
-threshold, learning and extrapolation curves; CSV/JSON of every member of every run.
-
-Input: run directories, each a ``train_and_evaluate`` workdir (``summary.json``,
-``metrics.jsonl``) or a ``not_applicable.json`` marker written by ``ablate.py``. A run trains
-(learning rate x seed) members; the report shows each scheme at its chosen rate (the best mean
-validation accuracy, ``Experiment.chosen_members``), one value per seed.
-"""
+"""The ablation report (report.md, results.csv/json, plots) from run directories: each a
+``train_and_evaluate`` workdir or a ``not_applicable.json`` marker. A run trains (learning rate x
+seed) members; each scheme is shown at its chosen rate (``Experiment.chosen_members``)."""
 
 from __future__ import annotations
 
@@ -71,25 +65,24 @@ class Run:
     return bool(self.summary) and tasks.KINDS[self.summary.get('task', 'classify')].language_model
 
   def _chosen(self, split: str, key: str) -> np.ndarray | None:
-    """The chosen members' ``key`` on ``split`` (seed order), or None if not evaluated."""
+    """The chosen members' ``key`` on ``split``, or None if not evaluated."""
     if split == 'validation':
       return np.asarray(self.summary[f'validation_{key}'])[self.chosen]
     result = self.summary['eval'].get(split, {})
     return np.asarray(result[key]) if key in result else None
 
   def loss(self, split: str) -> np.ndarray | None:
-    """Per predicted token for a language model."""
     return self._chosen(split, 'loss')
 
   @property
   def train_length(self) -> int | None:
-    """The grid's training length (``-L<n>`` in the name), None if the grid has one."""
+    """``-L<n>`` in the name, None if the grid has one training length."""
     match = re.search(r'-L(\d+)$', self.name)
     return int(match.group(1)) if match else None
 
   @property
   def random_positions(self) -> int:
-    """N of the grid's randomized positions (``-random<N>`` in the name); 0: plain."""
+    """``-random<N>`` in the name; 0: plain positions."""
     match = re.search(r'-random(\d+)', self.name)
     return int(match.group(1)) if match else 0
 
@@ -147,7 +140,6 @@ def mean_std(values: np.ndarray | None, scale: float = 100, digits: int = 1) -> 
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-  """The lines of a markdown table."""
   return (['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
           + ['| ' + ' | '.join(row) + ' |' for row in rows])
 
@@ -157,8 +149,7 @@ def _headers(cols: list[tuple[str, int]]) -> list[str]:
 
 
 def learning_curve(run: Run, key: str = 'validation/accuracy') -> tuple[np.ndarray, np.ndarray]:
-  """Steps [T] and the chosen members' ``key`` (validation accuracy) [seeds, T] from
-  metrics.jsonl."""
+  """Steps [T] and the chosen members' ``key`` [seeds, T] from metrics.jsonl."""
   rate = run.summary.get('learning_rate')
   records = [r for r in metrics_lib.read_metrics(run.path) if key in r
              and r.get('peak_learning_rate', rate) == rate]
@@ -169,8 +160,7 @@ def learning_curve(run: Run, key: str = 'validation/accuracy') -> tuple[np.ndarr
 
 
 def steps_to(curve: tuple[np.ndarray, np.ndarray], target: float, *, below: bool = False) -> str:
-  """The first step of a ``learning_curve`` whose mean reaches ``target`` (at least it, or with
-  ``below`` at most it: a loss), or 'never'."""
+  """The first step whose mean reaches ``target`` (``below``: at most it, a loss), or 'never'."""
   steps, values = curve
   reached = [int(t) for t, v in zip(steps, np.nanmean(values, axis=0))
              if (v <= target if below else v >= target)]
@@ -178,8 +168,7 @@ def steps_to(curve: tuple[np.ndarray, np.ndarray], target: float, *, below: bool
 
 
 def solved_seeds(runs: Sequence[Run]) -> dict[str, tuple[int, int]]:
-  """Per finished run: (its chosen seeds whose final validation accuracy reaches ``SOLVED`` x
-  the best run's mean, its chosen seeds)."""
+  """Per finished run: (seeds reaching ``SOLVED`` x the best run's mean, seeds)."""
   final = {r.name: r.accuracy('validation') for r in runs if r.summary}
   best = max((m for a in final.values() if np.isfinite(m := float(np.mean(a)))),
              default=float('nan'))
@@ -187,14 +176,13 @@ def solved_seeds(runs: Sequence[Run]) -> dict[str, tuple[int, int]]:
 
 
 def split_runs(runs: Sequence[Run]) -> set[str]:
-  """Runs whose seeds split: some solve the task (``solved_seeds``), some do not."""
+  """Runs some of whose seeds solve the task (``solved_seeds``) and some not."""
   return {name for name, (k, n) in solved_seeds(runs).items() if 0 < k < n}
 
 
 def _mean_table(runs: Sequence[Run], cols: list[tuple[str, int]], value, best, scale: float,
                 digits: int, marked: set[str] = frozenset()) -> list[str]:
-  """Scheme x column: ``value(run, split)``'s mean ± std over seeds at the chosen rate; the
-  ``best`` (max or min) mean per column in bold; ``marked`` runs' labels get ``SPLIT_MARK``."""
+  """Scheme x column: mean ± std of ``value(run, split)``, the ``best`` mean per column bold."""
   done = [r for r in runs if r.summary]
   top = {s: best((value(r, s).mean() for r in done if value(r, s) is not None), default=None)
          for s, _ in cols}
@@ -216,8 +204,7 @@ def _mean_table(runs: Sequence[Run], cols: list[tuple[str, int]], value, best, s
 
 def _paired_table(runs: Sequence[Run], ref: Run | None, cols: list[tuple[str, int]],
                   reference: str, value, pair, cell) -> str:
-  """Scheme - ``ref`` on every column: ``cell`` of ``pair``'s result on ``value(run, split)``
-  [95% CI], Holm p per column."""
+  """Scheme - ``ref`` on every column: ``cell(pair(...))``, Holm p per column."""
   others = [r for r in runs if r.summary and r is not ref]
   if ref is None or not others:
     return f'(no finished `{reference}` run to compare with)'
@@ -237,8 +224,7 @@ def _paired_table(runs: Sequence[Run], ref: Run | None, cols: list[tuple[str, in
 
 def _reference_run(runs: Sequence[Run], reference: str, *,
                    any_attention: bool = False) -> Run | None:
-  """The finished run of the reference scheme with plain positions and softmax attention (or,
-  with ``any_attention``, any)."""
+  """The finished run of the reference scheme, plain positions, softmax (or any) attention."""
   return next((r for r in runs if r.summary and r.position == reference and not r.random_positions
                and (any_attention or r.attention == 'softmax')), None)
 
@@ -292,9 +278,7 @@ def _chosen_rate(summary: dict[str, Any]) -> str:
 
 
 def _seconds(summary: dict[str, Any]) -> str:
-  """Where a run's wall time went: setup (data, initial state), the first step (mostly its
-  compile), the other steps, validation and the final test evaluation; 'n/a' where a run predates
-  a phase's timing."""
+  """Seconds of setup, the first step (its compile), the other steps, validation and test."""
   s = summary.get('seconds') or {}
   steps = (s['train_loop'] - s['first_step'] - s['validation_eval']
            if {'train_loop', 'first_step', 'validation_eval'} <= s.keys() else None)
@@ -390,11 +374,8 @@ def _steps_to_loss(runs: Sequence[Run]) -> str:
   best = min(float(np.nanmean(loss, axis=0)[-1]) for _, loss in curves.values() if loss.size)
   header = (['scheme'] + [f'steps to loss ≤ {t:g} x {best:.3f}' for t in LM_THRESHOLDS]
             + ['final validation loss'])
-  rows = []
-  for run in done:
-    curve = curves[run.name]
-    rows.append([run.label, *[steps_to(curve, th * best, below=True) for th in LM_THRESHOLDS],
-                 f'{np.nanmean(curve[1], axis=0)[-1]:.3f}'])
+  rows = [[run.label, *[steps_to(curves[run.name], th * best, below=True) for th in LM_THRESHOLDS],
+           f'{np.nanmean(curves[run.name][1], axis=0)[-1]:.3f}'] for run in done]
   return '\n'.join(markdown_table(header, rows))
 
 
@@ -431,8 +412,8 @@ def _language_model_section(out_dir: str, dataset: str, runs: Sequence[Run],
 def write_report(out_dir: str, runs: Sequence[Run], *, command: str, config_json: str,
                  reference: str = positions.Rotary.name, extra: str = '',
                  sections: Sequence[str] = ()) -> str:
-  """Writes report.md, results.csv, results.json and the plots into out_dir, with the lines of
-  the ``sections`` projects add (``ablation.SECTIONS``) after the datasets'; returns the md."""
+  """Writes report.md, results.csv/json and the plots, with the projects' ``sections`` after
+  the datasets'; returns the md."""
   storage.makedirs(out_dir)
   parts = ['# Position-scheme ablation', '', f'Command: `{command}`', '',
            f'Machine: {environment()}', '', *([extra, ''] if extra else []), TEST_TEXT, '',
