@@ -1,5 +1,4 @@
-"""``RopeConfig``: every RoPE option, declared once. The configs' ``rope`` group is built from
-it, so its defaults are the project's. Frozen and hashable (a static jit argument)."""
+"""``RopeConfig``: every RoPE option, declared once (the configs' ``rope`` group); hashable."""
 
 from __future__ import annotations
 
@@ -19,9 +18,8 @@ def _choice(field: str, value, choices) -> None:
 
 
 def _setting(default, *, at_evaluation: bool):
-  """A RoPE field changes results; only the frequency-scaling family may change when a trained
-  model is evaluated (it extends a trained context): the others decide how the trained
-  query/key (and value) weights are read, so changing them misreads the model."""
+  # Only the frequency scaling may change at evaluation (it extends a trained context); the
+  # others decide how the trained weights are read.
   return settings.setting(default, settings.Role.RESULTS, evaluation=at_evaluation)
 
 
@@ -36,9 +34,8 @@ class RopeConfig:
   layout: str = _setting('interleaved', at_evaluation=False)
   # rotate only the first rotary_dim features of a head (None: all)
   rotary_dim: int | None = _setting(None, at_evaluation=False)
-  # p-RoPE (Barbero et al. 2025): of the d rotated features, the floor(p * d / 2) highest-frequency
-  # pairs keep their frequencies, the others get frequency 0 (never rotated: position-free).
-  # 1: RoPE; 0: no rotation (NoPE). Unlike rotary_dim, every feature keeps its pair's theta_i.
+  # p-RoPE (Barbero et al. 2025): only the floor(p * d / 2) highest-frequency pairs keep theta_i,
+  # the others get 0 (position-free). 1: RoPE; 0: NoPE. Unlike rotary_dim, theta_i is unchanged.
   p: float = _setting(1.0, at_evaluation=False)
   # frequency scaling for length extrapolation (rope.frequencies)
   scaling: str = _setting('none', at_evaluation=True)
@@ -49,9 +46,8 @@ class RopeConfig:
   yarn_beta_fast: float = _setting(32.0, at_evaluation=True)
   # YaRN: ... less often than this are interpolated by s
   yarn_beta_slow: float = _setting(1.0, at_evaluation=True)
-  # YaRN's ramp between them: 'reference' is linear in the pair index between the floor/ceil of
-  # the correction dims, as the YaRN authors' code and Hugging Face compute it (published YaRN
-  # settings reproduce); 'paper' is linear in the number of turns (the paper's formula, literally).
+  # YaRN's ramp between them: 'reference' linear in the pair index between the rounded correction
+  # dims (the authors' code and Hugging Face); 'paper' linear in the number of turns (its formula).
   yarn_ramp: str = _setting('reference', at_evaluation=True)
   # Llama 3.1: wavelengths above L / this are divided by s
   llama3_low_freq_factor: float = _setting(1.0, at_evaluation=True)

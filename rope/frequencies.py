@@ -1,34 +1,12 @@
-"""Rotary frequencies theta_i, and the frequency variants used for length extrapolation.
-
-RoFormer (Su et al. 2021, eq. 15) rotates feature pair i by the angle m * theta_i, with
-
-    theta_i = base^(-2i/d),  i = 0 .. d/2 - 1,  base = 10000.
-
-The variants below (``rope.RopeConfig`` fields; each exactly plain RoPE at factor 1) change
-theta (YaRN also the attention temperature) so that a model trained with context length L runs
-at s * L. Computed in float64 NumPy at trace time (static arguments only), then float32.
-
-* ``linear``: position interpolation (Chen et al. 2023, "Extending Context Window of Large
-  Language Models via Positional Interpolation"): theta_i / s, i.e. position m acts as m / s.
-* ``ntk``: NTK-aware base scaling (bloc97 2023, analysed in the YaRN paper): the base becomes
-  base * s^(d / (d - 2)), so the lowest frequency is interpolated by s and the highest kept.
-* ``dynamic_ntk``: dynamic NTK (emozilla 2023; Hugging Face's ``dynamic``): plain RoPE up to the
-  original length L; at n > L tokens the NTK base with factor s n / L - (s - 1).
-* ``yarn``: YaRN (Peng et al. 2023, "YaRN: Efficient Context Window Extension of Large Language
-  Models"): "NTK-by-parts", dimensions that turn more than ``beta_fast`` times over the original
-  context keep theta_i, fewer than ``beta_slow`` times use theta_i / s, a linear ramp between (by
-  default over the pair index between the rounded correction dims, as the authors' code;
-  ``yarn_ramp='paper'``: over the number of turns, as the paper's formula reads); plus the
-  temperature sqrt(1/t) = 0.1 ln(s) + 1 on queries and keys.
-* ``llama3``: Llama 3.1's frequency scaling (Meta 2024, "The Llama 3 Herd of Models"): wavelengths
-  shorter than L / high_freq_factor kept, longer than L / low_freq_factor divided by s, a smooth
-  interpolation between.
-
-p-RoPE (Barbero et al. 2025, "Round and Round We Go! What makes Rotary Positional Encodings
-useful?", ICLR 2025; ``rope.p``) is applied after the scaling: of the d/2 pairs, the first
-floor(p * d / 2) (the highest frequencies) keep theta_i, the rest get theta_i = 0 and are never
-rotated. The count is the paper's ``int(p * d // 2)`` (its appendix code, and Gemma's
-``apply_rope(rope_proportion=p)``); 0 and 1 are NoPE and RoPE exactly.
+"""Rotary frequencies theta_i = base^(-2i/d) (RoFormer eq. 15) and the length-extrapolation
+variants (``RopeConfig.scaling``; each is plain RoPE at factor s = 1), in float64 NumPy at trace
+time, then float32: ``linear`` (position interpolation, Chen et al. 2023: theta_i / s); ``ntk``
+(bloc97 2023: base * s^(d / (d - 2))); ``dynamic_ntk`` (emozilla 2023: plain up to the original
+length L, then NTK with factor s n / L - (s - 1)); ``yarn`` (Peng et al. 2023: NTK-by-parts between
+beta_fast and beta_slow turns over L, plus the temperature 0.1 ln(s) + 1 on queries and keys);
+``llama3`` (Llama 3.1: wavelengths between L / high_freq_factor and L / low_freq_factor blended).
+p-RoPE (Barbero et al. 2025, ``rope.p``) then zeroes all but the first int(p * d // 2) pairs.
+``decay_bound``: RoPE's long-term decay (RoFormer section 3.4.3, Figure 2).
 """
 
 from __future__ import annotations
@@ -51,11 +29,6 @@ def _yarn_keep(theta: np.ndarray, d: int, base: float, config: RopeConfig) -> np
   low, high = max(math.floor(index(fast)), 0), min(math.ceil(index(slow)), d - 1)
   high = high if high > low else low + 1e-3
   return 1.0 - np.clip((np.arange(d // 2) - low) / (high - low), 0.0, 1.0)
-
-
-def rotated_pairs(rotary_dim: int, p: float) -> int:
-  """The number of pairs p-RoPE rotates: the first floor(p * rotary_dim / 2)."""
-  return int(p * rotary_dim // 2)
 
 
 def inv_frequencies(rotary_dim: int, config: RopeConfig = RopeConfig(),
@@ -84,5 +57,15 @@ def inv_frequencies(rotary_dim: int, config: RopeConfig = RopeConfig(),
     blended = (1.0 - smooth) * theta / s + smooth * theta
     theta = np.where(wavelength < context / high, theta,
                      np.where(wavelength > context / low, theta / s, blended))
-  theta[rotated_pairs(d, config.p):] = 0.0
+  theta[int(config.p * d // 2):] = 0.0  # p-RoPE: the paper's count, as Gemma's
   return theta.astype(np.float32)
+
+
+def decay_bound(distances, head_dim: int, config: RopeConfig = RopeConfig()) -> np.ndarray:
+  """The Figure 2 curve, float64 [n]: mean_j |S_j|, S_j = sum_{k<j} exp(i (m - n) theta_k), the
+  relative bound (by Abel summation) on |q^T R_{n-m} k| at each relative distance m - n."""
+  theta = inv_frequencies(head_dim, config).astype(np.float64)
+  distances = np.asarray(distances, np.float64)
+  phases = np.exp(1j * distances[..., None] * theta)  # [..., d/2]
+  partial_sums = np.cumsum(phases, axis=-1)  # S_1 .. S_{d/2}
+  return np.abs(partial_sums).mean(axis=-1)

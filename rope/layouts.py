@@ -1,16 +1,7 @@
-"""Converting between the two RoPE pair layouts.
-
-``interleaved`` rotates pairs (2i, 2i+1) (paper, RoFormer, Hugging Face RoFormer); ``half``
-rotates pairs (i, i + d/2) (GPT-NeoX, LLaMA, MaxText), both with frequency theta_i. With the
-feature permutation P = [0, 2, 4, ..., d-2, 1, 3, ..., d-1],
-
-    rotate_half(P x) = P rotate_interleaved(x),
-
-and since a dot product is unchanged when both sides are permuted alike, permuting the output
-features of the query and key projections (per head) turns a model trained in one layout into
-the same model in the other: identical attention scores. Mixing the layouts up without this
-permutation is a classic porting bug (it changes hidden states only slightly, so it passes
-loose tests). Features past ``rotary_dim`` are not rotated and stay where they are.
+"""Converting weights between the RoPE pair layouts ``interleaved`` (2i, 2i+1) and ``half``
+(i, i + d/2). With P = [0, 2, ..., d-2, 1, 3, ..., d-1], rotate_half(P x) = P rotate_interleaved(x),
+so permuting the query/key projections' output features per head gives identical attention
+scores; features past ``rotary_dim`` stay in place.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
-"""Linear attention with RoPE, exactly as RoFormer's eq. 19 (Su et al. 2021, section 3.3).
-
-For a non-negative feature map phi (elu(x) + 1 by default, Katharopoulos et al. 2020):
+"""Linear attention with RoPE, as RoFormer's eq. 19 (Su et al. 2021, section 3.3):
 
     out_m = sum_n (R_m phi(q_m))^T (R_n phi(k_n)) v_n  /  sum_n phi(q_m)^T phi(k_n)
 
-The numerator uses rotated features, the normaliser the unrotated (non-negative) ones, so the
-denominator never vanishes. Bidirectional (encoder) form: both sums run over all real tokens,
-so memory is O(length): the [d, d_v] summary sum_n R_n phi(k_n) v_n^T replaces the
-[length, length] attention matrix. Padding keys are masked out of both sums.
-
-Causal form (``causal``: n <= m only), and packed sequences (``segments``: n in m's document
-only): each query's keys are one contiguous range [first_m, last_m], so both sums are
-differences of prefix sums (Katharopoulos et al. 2020, eq. 9-10): S_last - S_(first-1), with S
-the running sum of R_n phi(k_n) v_n^T, gathered per query. Memory O(length d d_v).
+with phi non-negative (elu + 1, Katharopoulos et al. 2020); the normaliser uses the unrotated
+features so it never vanishes. Memory is O(length): a [d, d_v] summary replaces the attention
+matrix; causal or packed (``segments``) keys are a contiguous range per query, so both sums are
+differences of prefix sums (Katharopoulos et al. eq. 9-10). Padding keys are masked out.
 """
 
 from __future__ import annotations
@@ -27,25 +20,21 @@ FEATURE_MAPS = {'elu+1': lambda x: jax.nn.elu(x) + 1.0, 'relu': jax.nn.relu}
 
 def _key_ranges(segments_BxL: jax.Array | None, causal: bool,
                 batch: int, length: int) -> tuple[jax.Array, jax.Array]:
-  """int32 [batch, length] each: the first and one-past-last key index that query m attends to
-  (its document's first token; itself if causal, else its document's end)."""
+  """int32 [batch, length] each: the first and one-past-last key index query m attends to."""
   index_L = jnp.arange(length, dtype=jnp.int32)
-  if segments_BxL is None:
-    first_BxL = jnp.zeros((batch, length), jnp.int32)
-    end_BxL = jnp.full((batch, length), length, jnp.int32)
-  else:
-    starts_BxL = jnp.concatenate([jnp.ones((batch, 1), bool),
-                                  segments_BxL[:, 1:] != segments_BxL[:, :-1]], axis=1)
-    first_BxL = jax.lax.cummax(jnp.where(starts_BxL, index_L, 0), axis=1)
-    ends_BxL = jnp.concatenate([starts_BxL[:, 1:], jnp.ones((batch, 1), bool)], axis=1)
-    end_BxL = jax.lax.cummin(jnp.where(ends_BxL, index_L + 1, length), axis=1, reverse=True)
+  if segments_BxL is None:  # one document
+    segments_BxL = jnp.zeros((batch, length), jnp.int32)
+  starts_BxL = jnp.concatenate([jnp.ones((batch, 1), bool),
+                                segments_BxL[:, 1:] != segments_BxL[:, :-1]], axis=1)
+  first_BxL = jax.lax.cummax(jnp.where(starts_BxL, index_L, 0), axis=1)
+  ends_BxL = jnp.concatenate([starts_BxL[:, 1:], jnp.ones((batch, 1), bool)], axis=1)
+  end_BxL = jax.lax.cummin(jnp.where(ends_BxL, index_L + 1, length), axis=1, reverse=True)
   if causal:
     end_BxL = jnp.broadcast_to(index_L + 1, (batch, length))
   return first_BxL, end_BxL
 
 
 def _range_sums(x_BxLx___: jax.Array, first_BxL: jax.Array, end_BxL: jax.Array) -> jax.Array:
-  """sum over n in [first_m, end_m) of x_n, for every m: prefix sums, then two gathers."""
   prefix = jnp.cumsum(x_BxLx___, axis=1)
   prefix = jnp.concatenate([jnp.zeros_like(prefix[:, :1]), prefix], axis=1)  # S_0 = 0
   take = lambda index_BxL: jnp.take_along_axis(

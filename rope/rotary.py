@@ -1,17 +1,8 @@
-"""The rotary transform of RoFormer (Su et al. 2021), written the way the paper writes it.
-
-For one vector x in R^d at position m, RoPE multiplies x by the block-diagonal rotation (eq. 15)
-
-    R^d_{Theta,m} = diag(R(m theta_0), ..., R(m theta_{d/2-1})),
-    R(a) = [[cos a, -sin a], [sin a, cos a]],
-
-computed the efficient way (eq. 34): R x = x * cos(m theta) + rotate(x) * sin(m theta), where
-rotate maps each pair (x_a, x_b) to (-x_b, x_a). Nothing builds a d x d matrix.
-
-``sincos_one`` and ``rotate_one`` are the paper's formulas for one position and one vector,
-lifted with ``jax.vmap`` over heads, length and batch. Angles m * theta are float32 whatever the
-activation dtype (bfloat16 angles are off by up to ~0.8 rad at a few thousand positions); the
-rotation is computed in float32 and rounded once.
+"""The rotary transform of RoFormer (Su et al. 2021) as the paper writes it: R x = x * cos(m theta)
++ rotate(x) * sin(m theta) (eq. 34), rotate mapping each pair (a, b) to (-b, a); no d x d matrix.
+``sincos_one`` and ``rotate_one`` are the formulas for one position and one vector, lifted with
+``jax.vmap``. Angles are float32 whatever the activation dtype (bfloat16 angles are off by up to
+~0.8 rad at a few thousand positions); the rotation is computed in float32 and rounded once.
 """
 
 from __future__ import annotations
@@ -36,45 +27,19 @@ def sincos_one(m: jax.Array, theta_P: jax.Array) -> tuple[jax.Array, jax.Array]:
   return jnp.sin(angle_P), jnp.cos(angle_P)
 
 
-def _pairs(x_D: jax.Array, layout: str) -> tuple[jax.Array, jax.Array]:
-  """Splits a vector into the two members (a, b) of each rotated pair, [d/2] each."""
-  if layout == 'interleaved':
-    x_Px2 = x_D.reshape(-1, 2)  # pair swap by reshape, no strided slices
-    return x_Px2[:, 0], x_Px2[:, 1]
-  half = x_D.shape[-1] // 2
-  return x_D[:half], x_D[half:]
-
-
-def _unpairs(a_P: jax.Array, b_P: jax.Array, layout: str) -> jax.Array:
-  if layout == 'interleaved':
-    return jnp.stack([a_P, b_P], axis=-1).reshape(-1)
-  return jnp.concatenate([a_P, b_P], axis=-1)
-
-
 def rotate_one(x_D: jax.Array, sin_P: jax.Array, cos_P: jax.Array, *,
                layout: str = 'interleaved') -> jax.Array:
-  """R^d_{Theta,m} x for one vector x [d] (the rotated width) given sin/cos [d/2] of its position
-  (paper eq. 34): each pair (a, b) becomes (a cos - b sin, b cos + a sin), in float32."""
-  a_P, b_P = _pairs(x_D.astype(jnp.float32), layout)
-  out_D = _unpairs(a_P * cos_P - b_P * sin_P, b_P * cos_P + a_P * sin_P, layout)
-  return out_D.astype(x_D.dtype)
-
-
-def _check_shapes(x: jax.Array, positions: jax.Array) -> None:
-  if x.ndim < 3:
-    raise ValueError(
-        f'RoPE expects x of shape [..., length, heads, head_dim], got shape {x.shape}.')
-  if positions.shape != x.shape[:-2]:
-    raise ValueError(f'positions shape {positions.shape} does not match x shape {x.shape}: '
-                     f'positions must be [..., length] = {x.shape[:-2]}.')
-
-
-def _lift(fn, x_ndim: int):
-  """vmaps ``fn(x_D, *per_position)`` over heads (shared position), length and leading dims."""
-  fn = jax.vmap(fn, in_axes=(0,) + (None,) * 2)  # heads share their position's sin/cos
-  for _ in range(x_ndim - 2):  # length, then every leading (batch) dim
-    fn = jax.vmap(fn)
-  return fn
+  """R^d_{Theta,m} x [d] given sin/cos [d/2]: pairs (a, b) -> (a cos - b sin, b cos + a sin)."""
+  x32_D, half = x_D.astype(jnp.float32), x_D.shape[-1] // 2
+  if layout == 'interleaved':
+    x_Px2 = x32_D.reshape(-1, 2)  # pair swap by reshape, no strided slices
+    a_P, b_P = x_Px2[:, 0], x_Px2[:, 1]
+  else:
+    a_P, b_P = x32_D[:half], x32_D[half:]
+  a_P, b_P = a_P * cos_P - b_P * sin_P, b_P * cos_P + a_P * sin_P
+  if layout == 'interleaved':
+    return jnp.stack([a_P, b_P], axis=-1).reshape(-1).astype(x_D.dtype)
+  return jnp.concatenate([a_P, b_P], axis=-1).astype(x_D.dtype)
 
 
 def apply_rotary_sincos(x: jax.Array, sin: jax.Array, cos: jax.Array, *,
@@ -83,31 +48,27 @@ def apply_rotary_sincos(x: jax.Array, sin: jax.Array, cos: jax.Array, *,
   only the first ``rotary_dim`` features; the rest pass through bit-identical."""
   check_layout(layout)
   rotary_dim = check_rotary_dim(x.shape[-1], rotary_dim)
-  _check_shapes(x, sin[..., 0])
+  if x.ndim < 3:
+    raise ValueError(
+        f'RoPE expects x of shape [..., length, heads, head_dim], got shape {x.shape}.')
+  if (positions_shape := sin.shape[:-1]) != x.shape[:-2]:
+    raise ValueError(f'positions shape {positions_shape} does not match x shape {x.shape}: '
+                     f'positions must be [..., length] = {x.shape[:-2]}.')
   if sin.shape[-1] != rotary_dim // 2 or cos.shape != sin.shape:
     raise ValueError(f'sin/cos of shape {sin.shape}/{cos.shape} do not fit rotary_dim='
                      f'{rotary_dim}: expected [..., length, {rotary_dim // 2}].')
-  rotate = _lift(functools.partial(rotate_one, layout=layout), x.ndim)
+  # Lifted over heads (sharing their position's sin/cos), length, then every leading dim.
+  rotate = jax.vmap(functools.partial(rotate_one, layout=layout), in_axes=(0, None, None))
+  for _ in range(x.ndim - 2):
+    rotate = jax.vmap(rotate)
   if rotary_dim == x.shape[-1]:
     return rotate(x, sin, cos)
   rotated = rotate(x[..., :rotary_dim], sin, cos)
   return jnp.concatenate([rotated, x[..., rotary_dim:]], axis=-1)
 
 
-def _materialize(arrays: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
-  """The arrays unchanged, computed once instead of inside every consumer: XLA (measured on CPU,
-  benchmarks/README.md) fuses sin/cos into each op that uses the tables, recomputing them for
-  every head of every layer. A matmul by the identity at HIGHEST precision is exact (x * 1 + 0 +
-  ...) and a fusion boundary; ``jax.lax.optimization_barrier`` does not survive CPU compilation."""
-  stacked = jnp.stack(arrays)
-  eye = jnp.eye(stacked.shape[-1], dtype=stacked.dtype)
-  stacked = jnp.matmul(stacked, eye, precision=jax.lax.Precision.HIGHEST)
-  return tuple(stacked)
-
-
 class RotaryTables(NamedTuple):
-  """Per-position float32 [..., length, rotary_dim/2] tables, computed once per forward pass
-  and shared by every layer: sin, cos and xPos's scales zeta^(m / scale_base) (or None)."""
+  """float32 [..., length, rotary_dim/2] sin, cos and xPos's zeta^(m / scale_base) (or None)."""
 
   sin: jax.Array
   cos: jax.Array
@@ -127,7 +88,6 @@ class Rotary(RopeConfig):
 
   @property
   def dim(self) -> int:
-    """The number of rotated features."""
     return self.head_dim if self.rotary_dim is None else self.rotary_dim
 
   def tables(self, positions: jax.Array) -> RotaryTables:
@@ -139,7 +99,12 @@ class Rotary(RopeConfig):
     sincos = sincos_one
     for _ in range(positions.ndim):
       sincos = jax.vmap(sincos, in_axes=(0, None))
-    sin, cos = _materialize(sincos(positions, theta_P))
+    # Computed once: XLA on CPU would fuse sin/cos into every consumer (each head of each layer).
+    # A matmul by the identity at HIGHEST precision is exact and a fusion boundary;
+    # ``jax.lax.optimization_barrier`` does not survive CPU compilation.
+    sincos_2x___ = jnp.stack(sincos(positions, theta_P))
+    eye = jnp.eye(sincos_2x___.shape[-1], dtype=sincos_2x___.dtype)
+    sin, cos = jnp.matmul(sincos_2x___, eye, precision=jax.lax.Precision.HIGHEST)
     xpos = None
     if self.xpos:
       zeta_P = (np.arange(0, self.dim, 2) / self.dim + 0.4) / 1.4
@@ -166,13 +131,9 @@ def apply_rotary(x: jax.Array, positions: jax.Array, **options) -> jax.Array:
   """Applies RoPE to x [..., length, heads, head_dim] at explicit positions [..., length] (int or
   float); ``options`` are ``RopeConfig`` fields. Only the rotation: YaRN's temperature and xPos
   act on queries and keys (``Rotary.apply`` with role='query'/'key')."""
-  positions = jnp.asarray(positions)
-  _check_shapes(x, positions)
-  return _apply_rotary(x, positions, Rotary(head_dim=x.shape[-1], **options))
+  return _apply_rotary(x, jnp.asarray(positions), Rotary(head_dim=x.shape[-1], **options))
 
 
 @functools.partial(jax.jit, static_argnums=2)
 def _apply_rotary(x: jax.Array, positions: jax.Array, rotary: Rotary) -> jax.Array:
-  tables = rotary.tables(positions)
-  return apply_rotary_sincos(x, tables.sin, tables.cos, layout=rotary.layout,
-                             rotary_dim=rotary.rotary_dim)
+  return rotary.apply(x, rotary.tables(positions), role='value')
