@@ -1,15 +1,10 @@
-"""Where runs are written: local disks and object storage (``gs://``) through one path library,
-``etils.epath`` (as orbax and TFDS use), and one helper for every file this project writes whole
-(JSON records, cached tokenizers, class lists, manifests, reports).
+"""Where runs are written: local disks and ``gs://`` through ``etils.epath`` (as orbax and TFDS),
+and one atomic writer for every file this project writes whole.
 
-``gs://`` goes through fsspec/gcsfs, not TensorFlow's ``tf.io.gfile``: TF is here only for TFDS,
-and gcsfs (like tensorstore, which writes orbax's arrays) can be pointed at a GCS emulator
-(``STORAGE_EMULATOR_HOST``, the only variable an emulator needs: the others are derived from it),
-so the tests exercise the code that runs on a pod.
-
-A bucket is checked once per process, at its first use: a missing one is named with the fix. A
-request that fails once the client's retries are spent (about 30 s: gcsfs's own, and tensorstore's
-bounded to match) is raised as ``ObjectStorageError``, whose message names the URL and the fix.
+``gs://`` goes through fsspec/gcsfs, not ``tf.io.gfile``: gcsfs and tensorstore can be pointed at a
+GCS emulator (``STORAGE_EMULATOR_HOST`` alone), so the tests exercise the code that runs on a pod.
+A missing bucket, or a request that fails once the client's retries are spent (about 30 s), is an
+``ObjectStorageError`` whose message names the URL and the fix.
 """
 
 from __future__ import annotations
@@ -23,21 +18,16 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable
 
 # Read by etils on every gs:// call; a user's explicit setting wins.
 os.environ.setdefault('EPATH_USE_TF', 'false')
 
 
-def _emulator() -> str:
-  """The URL of the GCS emulator named by STORAGE_EMULATOR_HOST (read as gcsfs reads it), or ''."""
-  host = os.environ.get('STORAGE_EMULATOR_HOST', '')
-  if host in ('', 'default'):
-    return ''
-  return host if host.startswith(('http://', 'https://')) else f'http://{host}'
-
-
-EMULATOR = _emulator()
+# The GCS emulator's URL from STORAGE_EMULATOR_HOST (read as gcsfs reads it), or ''.
+_HOST = os.environ.get('STORAGE_EMULATOR_HOST', '')
+EMULATOR = ('' if _HOST in ('', 'default') else
+            _HOST if _HOST.startswith(('http://', 'https://')) else f'http://{_HOST}')
 if EMULATOR:
   # Set before gcsfs is imported (at the first gs:// call); a user's explicit setting wins. gcsfs
   # would ask Google's storage-control API for each bucket's type (60 s timeouts); tensorstore
@@ -57,18 +47,13 @@ import fsspec
 if EMULATOR:  # no credentials to look for (FSSPEC_GS_TOKEN, read when fsspec is imported, wins)
   fsspec.config.conf.setdefault('gs', {}).setdefault('token', 'anon')
 
-REMOTE_PREFIXES = ('gs://',)
 # tensorstore (orbax's arrays) retries a GCS request 32 times, up to 32 s apart: a quarter of an
 # hour before a save to an unreachable bucket fails. 5 tries take about 30 s, as gcsfs's 6 do.
 TENSORSTORE_GCS_RETRIES = {'max_retries': 5, 'initial_delay': '1s', 'max_delay': '32s'}
-# The loggers through which gcsfs and fsspec report each failed request from their IO thread.
-_CLIENT_LOGGERS = ('gcsfs', 'gcsfs.credentials', 'fsspec.asyn', 'fsspec.caching',
-                   'fsspec.prefetcher')
 
 
 class ObjectStorageError(OSError):
-  """A request to object storage failed (unreachable, refused, a missing bucket) once the
-  client's retries were spent; the message names the URL and the fix."""
+  """A request to object storage failed once the client's retries were spent."""
 
 
 def _one_line(record: logging.LogRecord) -> bool:
@@ -79,12 +64,13 @@ def _one_line(record: logging.LogRecord) -> bool:
   return True
 
 
-for _name in _CLIENT_LOGGERS:
+# The loggers through which gcsfs and fsspec report each failed request from their IO thread.
+for _name in ('gcsfs', 'gcsfs.credentials', 'fsspec.asyn', 'fsspec.caching', 'fsspec.prefetcher'):
   logging.getLogger(_name).addFilter(_one_line)
 
 
 def is_remote(path: str | os.PathLike) -> bool:
-  return str(path).startswith(REMOTE_PREFIXES)
+  return str(path).startswith('gs://')
 
 
 def canonical(path: str | os.PathLike) -> str:
@@ -134,8 +120,7 @@ def _missing_bucket(name: str) -> str:
 
 @functools.cache
 def _check_bucket(name: str) -> None:
-  """Once per bucket (and process), before its first use: a missing bucket is named with the
-  fix, rather than surfacing as a missing file (an HTTP URL) at the first write."""
+  """Once per bucket and process: a missing one is named, not a missing file at the first write."""
   try:
     fsspec.filesystem('gs').ls(name, max_results=1, refresh=True)
   except FileNotFoundError:
@@ -145,8 +130,7 @@ def _check_bucket(name: str) -> None:
 
 
 def path(name: str | os.PathLike) -> epath.Path:
-  """The epath of a local path or a ``gs://`` URL (``canonical``); a bucket is checked at its
-  first use (ObjectStorageError if it is missing or unreachable)."""
+  """The epath of a local path or a ``gs://`` URL (``canonical``), its bucket checked."""
   name = canonical(name)
   if is_remote(name):
     _limit_tensorstore_retries()
@@ -160,11 +144,9 @@ class _NotSent(ObjectStorageError):
 
 # not in gcsfs: test_gcs_errors::test_the_emulator_killed_during_training_ends_it_within_a_minute
 class _Breaker:
-  """gcsfs retries a request that cannot connect for about 30 s, and a failing save or a program's
-  way out makes many in a row (orbax's finalization, the manifest, metrics, TensorBoard files,
-  the lock): once nothing has connected to object storage for OPEN_S, requests fail at once, but
-  for one every PROBE_S, so that storage is used again once it answers. Its hooks (aiohttp's
-  request tracing) run on fsspec's IO thread."""
+  """gcsfs retries a request that cannot connect for about 30 s, and a failing save or exit makes
+  many in a row: once nothing has connected for OPEN_S, requests fail at once, but for a probe
+  every PROBE_S. Its hooks (aiohttp's request tracing) run on fsspec's IO thread."""
   OPEN_S, PROBE_S = 30.0, 10.0
 
   def __init__(self):
@@ -209,8 +191,7 @@ fsspec.config.conf.setdefault('gs', {}).setdefault('session_kwargs', {}).setdefa
 
 
 def mark_unreachable(e: BaseException) -> None:
-  """Object storage failed with ``e`` where the breaker could not see it (tensorstore, which
-  writes orbax's arrays): requests fail at once from now on (but for a probe every PROBE_S)."""
+  """Object storage failed with ``e`` where the breaker could not see it (tensorstore)."""
   _breaker.trip(e)
 
 
@@ -221,9 +202,8 @@ def unreachable() -> bool:
 
 # gcsfs names no gs:// URL: test_gcs_errors::test_a_storage_error_names_the_url_not_an_http_endpoint
 def _raise_named(e: Exception, url: str) -> None:
-  """Raises a client's error on ``url`` as ObjectStorageError (gcsfs's own name an HTTP
-  endpoint, or nothing); anything else, FileNotFoundError included (callers test for it), as it
-  is."""
+  """Raises a client's error on ``url`` as ObjectStorageError; anything else (FileNotFoundError
+  included: callers test for it) as it is."""
   # pylint: disable=g-import-not-at-top  (gcsfs is loaded by then: it made the request)
   from gcsfs.retry import HttpError
   from google.auth.exceptions import GoogleAuthError
@@ -234,14 +214,10 @@ def _raise_named(e: Exception, url: str) -> None:
   raise ObjectStorageError(f'{request_failed(url, e)}, then rerun the same command.') from e
 
 
-_F = TypeVar('_F', bound=Callable[..., Any])
+def _named_on_failure(paths: int = 1) -> Callable[[Callable], Callable]:
+  """Client errors on the first gs:// URL among the ``paths`` leading arguments, named."""
 
-
-def _named_on_failure(paths: int = 1) -> Callable[[_F], _F]:
-  """A function's client errors on the first gs:// URL among its ``paths`` leading arguments,
-  as ObjectStorageError."""
-
-  def decorate(func: _F) -> _F:
+  def decorate(func: Callable) -> Callable:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
       try:
@@ -252,7 +228,7 @@ def _named_on_failure(paths: int = 1) -> Callable[[_F], _F]:
           raise
         _raise_named(e, canonical(url))
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper
 
   return decorate
 
@@ -334,10 +310,8 @@ def copy_file(source: str | os.PathLike, target: str | os.PathLike) -> None:
 
 @_named_on_failure()
 def write_atomically(name: str | os.PathLike, content: bytes | str) -> None:
-  """Writes ``content`` so that a reader (or a run killed at any moment) sees the old file or the
-  new one, never a mix; hosts writing the same content concurrently do not corrupt it. Locally:
-  a temporary file, fsync and a rename; on object storage an upload replaces the object whole
-  when it completes."""
+  """A reader (or a run killed at any moment) sees the old file or the new one, never a mix:
+  locally a temporary file, fsync and a rename; on object storage an upload is whole."""
   data = content.encode() if isinstance(content, str) else content
   if is_remote(name):
     path(name).write_bytes(data)
@@ -369,10 +343,8 @@ def sha256(name: str | os.PathLike) -> str:
 
 
 class LocalMirror:
-  """A local directory whose files are copied to ``target`` by ``sync``: for writers that cannot
-  write to object storage themselves (TensorBoard's event files and profiler traces go through
-  TensorFlow's filesystem, which ignores the GCS emulator). For a local ``target`` it is
-  ``target`` itself and ``sync`` does nothing."""
+  """A local directory that ``sync`` copies to ``target``, for writers that ignore the GCS
+  emulator (TensorBoard, the profiler); a local ``target`` itself."""
 
   def __init__(self, target: str):
     self.target = canonical(target)
