@@ -20,7 +20,6 @@ paragraph naming the problem and the fix (experiments/cli.py), before any run st
 import shlex
 import sys
 
-from absl import app
 from absl import flags
 from ml_collections import config_flags
 
@@ -41,9 +40,7 @@ flags.DEFINE_bool('fresh', False, 'Train again the finished runs whose config or
 distributed.define_flags()
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+def main(_):
   command = 'python ' + ' '.join(shlex.quote(a) for a in sys.argv)
   grid = ablation.grid_kind(FLAGS.config)  # a project's (two-stage, extension) or the ablation
   cells = grid.cells(FLAGS.config, FLAGS.workdir, FLAGS.only)
@@ -53,6 +50,7 @@ def main(argv):
     return
   trainer.setup_runtime(FLAGS.config, quiet=not FLAGS['verbosity'].present)
   print(grid.run(FLAGS.config, FLAGS.workdir, cells, command=command, fresh=FLAGS.fresh))
+
 
 if __name__ == '__main__':
   cli.run(main)

@@ -9,7 +9,6 @@ A bad argument or workdir ends with status 2 and one paragraph naming the proble
 ``--output``): the only file written, so a read-only or running workdir can be evaluated.
 """
 
-from absl import app
 from absl import flags
 from absl import logging
 
@@ -32,9 +31,7 @@ flags.DEFINE_string('output', None, 'Where to write the results (default: WORKDI
 distributed.define_flags()
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+def main(_):
   lengths = evaluation.parse_lengths(FLAGS.eval_lengths)  # before anything is loaded
   overrides = evaluation.parse_overrides(FLAGS.override)
   if FLAGS.output:

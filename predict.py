@@ -8,7 +8,6 @@ predicted ``label`` and the ``probabilities`` of every class, in input order
 (training/prediction.py). A bad argument ends with status 2 and one paragraph (experiments/cli.py).
 """
 
-from absl import app
 from absl import flags
 from absl import logging
 
@@ -25,9 +24,7 @@ flags.DEFINE_string('checkpoint', 'best', "'best' (validation accuracy), 'latest
 flags.DEFINE_integer('batch_size', 64, 'Examples per batch.')
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+def main(_):
   if FLAGS.batch_size <= 0:
     raise ValueError(f'--batch_size={FLAGS.batch_size} must be > 0.')
   outputs.check([FLAGS.output], '--output', inputs=[FLAGS.input], workdir=FLAGS.workdir)

@@ -7,7 +7,6 @@ status 2 and one paragraph naming the problem and the fix (experiments/cli.py), 
 workdir is touched.
 """
 
-from absl import app
 from absl import flags
 from ml_collections import config_flags
 
@@ -25,9 +24,7 @@ flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics and log
 distributed.define_flags()
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+def main(_):
   distributed.initialize_from_flags()
   # The flags' ConfigDict, with the model fields of train.init_from's run that the command line
   # does not set (training/carry.py), typed and checked.

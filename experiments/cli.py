@@ -1,11 +1,8 @@
 """The entry points' error handling: ``cli.run(main)`` replaces ``absl.app.run(main)``.
 
-A user error ends the program with status 2 and one paragraph, ``<program>: error: <message>``,
-without a traceback (``--verbosity=1`` prints it too): anything raised while the flags and the
-config file are parsed, and ``USER_ERRORS`` raised by ``main`` (bad input, a missing file, a full
-disk, unreachable object storage, a busy workdir, an unusable checkpoint, a NaN loss), whose
-messages name the problem and the fix. Anything else is a bug and keeps its traceback. A
-preempted run (SIGTERM) exits 0.
+A user error (a flag or config file that does not parse, ``USER_ERRORS`` from ``main``) ends the
+program with status 2 and one paragraph, ``<program>: error: <message>``, without a traceback
+(``--verbosity=1`` prints it too). Anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -47,16 +44,14 @@ def _print_error(message: object) -> None:
 
 
 def fail(message: object) -> NoReturn:
-  """Prints ``<program>: error: <message>`` (one paragraph; an exception as ``describe`` puts it)
-  on stderr and exits with status 2."""
+  """Prints ``<program>: error: <message>`` (one paragraph) on stderr and exits with status 2."""
   _print_error(message)
   sys.exit(EXIT_STATUS)
 
 
 def _exit(status: int) -> NoReturn:
-  """Exits with ``status`` within _LINGER_S even when threads a library started still run (after
-  a failed save on gs://, orbax's save threads wait 5 minutes for a step folder that was never
-  made): the interpreter would wait for them before exiting."""
+  """Exits within _LINGER_S even when a library's threads still run (after a failed save on
+  gs://, orbax's wait 5 minutes for a step folder that was never made)."""
   lingering = [t for t in threading.enumerate()
                if t is not threading.current_thread() and not t.daemon]
   deadline = time.monotonic() + _LINGER_S
@@ -92,8 +87,7 @@ def _parse_flags(argv: list[str]) -> list[str]:
 
 
 def describe(e: BaseException) -> str:
-  """The paragraph for a user error: its message; an operating-system error also names its kind,
-  its path and what to do."""
+  """The paragraph for a user error; an OS error also names its kind, its path and the fix."""
   if not isinstance(e, OSError) or e.errno is None:
     return str(e) or type(e).__name__
   if e.errno in _DISK_FULL:
@@ -138,13 +132,14 @@ def _path_advice(code: int, path: str) -> str:
 
 
 def run(main: Callable[[list[str]], object]) -> None:
-  """``absl.app.run(main)`` with the error handling of this module (and the project's XLA
-  flags, ``trainer.default_xla_flags``, before anything starts JAX)."""
+  """``absl.app.run(main)`` with this module's error handling (and the project's XLA flags)."""
   trainer.default_xla_flags()
 
   def wrapped(argv: list[str]) -> object:
     checkpoints.quiet_closed_loop_echoes(_verbose)
     try:
+      if len(argv) > 1:
+        raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
       return main(argv)
     except KeyboardInterrupt:
       print(f'{_program()}: interrupted. Rerun the same command to resume.', file=sys.stderr,
