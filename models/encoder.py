@@ -1,14 +1,13 @@
 """The RoFormer-style encoder: a classifier, or a masked or causal language model (Flax NNX).
 
-Structure and order follow Hugging Face ``RoFormerForSequenceClassification`` (with ``cfg.task``
-mlm or clm, ``RoFormerForMaskedLM``'s prediction head, tied to the token embeddings), so weights
-map one to one (``interop/hf.py``). Post-LN (default) is x = LN(x + dropout(sublayer(x))), pre-LN
-x = x + dropout(sublayer(LN(x))) with a final LayerNorm. GELU is exact (erf). Parameters and
-logits are float32; activations use the compute dtype (LayerNorm statistics and softmax in
-float32). Dropout (iff ``not cfg.deterministic``) draws keys from the ``rngs`` passed to the call.
+Module structure and order follow Hugging Face ``RoFormerForSequenceClassification`` (and
+``RoFormerForMaskedLM``'s tied head), so weights map one to one (``interop/hf.py``). GELU is exact
+(erf); parameters and logits are float32, activations the compute dtype.
 """
 
 from __future__ import annotations
+
+import itertools
 
 import jax
 import jax.numpy as jnp
@@ -24,7 +23,6 @@ _HIDDEN = (sharding.BATCH, sharding.LENGTH, sharding.EMBED)
 
 def _dense(cfg: ModelConfig, features_in: int, features_out: int,
            names: tuple[str | None, str], *, rngs: nnx.Rngs) -> nnx.Linear:
-  """A dense layer with bias; ``names`` are the logical axes of its kernel."""
   return nnx.Linear(features_in, features_out, dtype=cfg.compute_dtype,
                     kernel_init=cfg.initializer, kernel_metadata=sharding.param_metadata(names),
                     bias_metadata=sharding.param_metadata(names[1:]), rngs=rngs)
@@ -55,10 +53,6 @@ def _layer_norm(cfg: ModelConfig, features: int, *, rngs: nnx.Rngs) -> nnx.Layer
                    bias_metadata=sharding.param_metadata((sharding.EMBED,)), rngs=rngs)
 
 
-def _dropout(cfg: ModelConfig) -> nnx.Dropout:
-  return Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)
-
-
 class Embeddings(nnx.Module):
   """Token (+ token-type) embeddings, the scheme's ``embed`` term, LayerNorm and dropout."""
 
@@ -72,12 +66,11 @@ class Embeddings(nnx.Module):
     self.token_type_embeddings = (embed(cfg.type_vocab_size, None) if cfg.type_vocab_size
                                   else nnx.data(None))
     self.layer_norm = _layer_norm(cfg, cfg.embedding_size, rngs=rngs)
-    self.dropout = _dropout(cfg)
+    self.dropout = Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)
 
   def __call__(self, inputs_BxL: jax.Array, positions_BxL: jax.Array,
                token_type_ids_BxL: jax.Array | None, scheme: positions_lib.PositionScheme, *,
                rngs: nnx.Rngs | None) -> jax.Array:
-    """[batch, length, embedding_size] in the compute dtype."""
     x_BxLxE = self.word_embeddings(inputs_BxL)
     if self.token_type_embeddings is not None:
       if token_type_ids_BxL is None:
@@ -88,7 +81,8 @@ class Embeddings(nnx.Module):
 
 
 class EncoderLayer(nnx.Module):
-  """Self-attention and a GELU feed-forward block, each with residual, dropout and LayerNorm."""
+  """Self-attention and a GELU feed-forward block: post-LN x = LN(x + dropout(f(x))), or pre-LN
+  x = x + dropout(f(LN(x)))."""
 
   def __init__(self, cfg: ModelConfig, hooks: positions_lib.LayerHooks, *, rngs: nnx.Rngs):
     self.attention = SelfAttention(cfg, hooks, rngs=rngs)
@@ -98,7 +92,7 @@ class EncoderLayer(nnx.Module):
     self.output = _dense(cfg, cfg.mlp_dim, cfg.hidden_size, (sharding.MLP, sharding.EMBED),
                          rngs=rngs)
     self.output_norm = _layer_norm(cfg, cfg.hidden_size, rngs=rngs)
-    self.dropout = _dropout(cfg)
+    self.dropout = Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)
     self.pre_norm = cfg.norm == 'pre'
 
   @jax.named_scope('feed_forward')
@@ -110,8 +104,7 @@ class EncoderLayer(nnx.Module):
   def __call__(self, x_BxLxE: jax.Array, visibility: Visibility,
                ctx: positions_lib.PositionContext, rngs: nnx.Rngs | None,
                num_queries: int | None = None) -> jax.Array:
-    """[batch, length, hidden] -> [batch, T, hidden]: T = length, or the first ``num_queries``
-    positions only (their queries attend to every position)."""
+    """[batch, length, hidden] -> [batch, T, hidden]: T = length, or ``num_queries``."""
     drop = lambda y: self.dropout(y, rngs=rngs)
     first = lambda y: y if num_queries is None else y[:, :num_queries]
     if self.pre_norm:
@@ -127,9 +120,8 @@ class EncoderLayer(nnx.Module):
 
 
 class NoPositionHooks(positions_lib.LayerHooks):
-  """A NoPE layer of a per-layer hybrid (``model.nope_layers``): no rotation, value term or
-  bias, not even the bias the scheme shares with the other layers through the context (ALiBi's,
-  T5's); it draws no parameters."""
+  """A NoPE layer of a per-layer hybrid (``model.nope_layers``): no rotation, value term or bias,
+  not even one the scheme shares through the context (ALiBi's, T5's); no parameters."""
 
   def bias(self, q_BxLxHxD: jax.Array, ctx: positions_lib.PositionContext) -> None:
     del q_BxLxHxD, ctx
@@ -143,10 +135,9 @@ class ClassificationHead(nnx.Module):
                         rngs=rngs)
     self.out_proj = _dense(cfg, cfg.hidden_size, cfg.num_classes,
                            (sharding.MLP, sharding.CLASSES), rngs=rngs)
-    self.dropout = _dropout(cfg)
+    self.dropout = Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)
 
   def __call__(self, pooled_BxE: jax.Array, *, rngs: nnx.Rngs | None) -> jax.Array:
-    """[batch, features_in] -> float32 logits [batch, num_classes]."""
     x_BxE = self.dense(self.dropout(pooled_BxE, rngs=rngs))
     x_BxE = self.dropout(jax.nn.gelu(x_BxE, approximate=False), rngs=rngs)
     return self.out_proj(x_BxE).astype(jnp.float32)
@@ -164,18 +155,15 @@ class LanguageModelHead(nnx.Module):
                           **sharding.param_metadata((sharding.VOCAB,)))
 
   def __call__(self, x_BxMxE: jax.Array, embeddings: nnx.Embed) -> jax.Array:
-    """[batch, M predicted positions, hidden] -> float32 logits [batch, M, vocab]."""
     x_BxMxE = self.layer_norm(jax.nn.gelu(self.dense(x_BxMxE), approximate=False))
     logits_BxMxV = embeddings.attend(x_BxMxE).astype(jnp.float32)
     return logits_BxMxV + self.bias[...]
 
 
 class Classifier(nnx.Module):
-  """Encoder + pooling + classification head (or with ``cfg.language_model`` the language-model
-  head on every position). With CLS pooling (softmax attention) only position 0 of the last layer
-  reaches the logits, so that layer computes its output only (keys and values from every
-  position): logits equal the full computation's up to float rounding; dropout masks are drawn
-  at the shapes computed."""
+  """Encoder + pooling + classification head (or ``cfg.language_model``'s head on every position).
+  With CLS pooling (softmax attention) the last layer computes position 0's output only (the
+  same logits up to float rounding; dropout masks drawn at the shapes computed)."""
 
   def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
     self.cfg = cfg
@@ -189,8 +177,7 @@ class Classifier(nnx.Module):
                      rngs=rngs) for i in range(cfg.num_layers)])
     pre_norm = cfg.norm == 'pre'
     self.final_norm = _layer_norm(cfg, cfg.hidden_size, rngs=rngs) if pre_norm else nnx.data(None)
-    # Two towers: the head reads [u, v, u*v, u-v] of a pair's pooled vectors (LRA's 'NLI'
-    # interaction).
+    # Two towers: the head reads [u, v, u*v, u-v] of a pair's pooled vectors (LRA's 'NLI').
     self.head = LanguageModelHead(cfg, rngs=rngs) if cfg.language_model else ClassificationHead(
         cfg, cfg.hidden_size * (4 if cfg.dual_encoder else 1), rngs=rngs)
 
@@ -214,10 +201,9 @@ class Classifier(nnx.Module):
              token_type_ids_BxL: jax.Array | None = None, *, rngs: nnx.Rngs | None = None,
              segments_BxL: jax.Array | None = None,
              last_num_queries: int | None = None) -> jax.Array:
-    """Final hidden states [batch, length, hidden] in the compute dtype. ``positions_BxL`` are
-    always explicit; ``mask_BxL`` is true at real tokens; token types None mean zeros;
-    ``segments_BxL`` (packed sequences): int document ids, attention stays within a document;
-    ``rngs`` (``nnx.Rngs(dropout=key)``) is required unless cfg.deterministic; with
+    """Final hidden states [batch, length, hidden]. ``mask_BxL``: true at real tokens; token
+    types None mean zeros; ``segments_BxL`` (packed sequences): int document ids, attention stays
+    within one; ``rngs`` (``nnx.Rngs(dropout=key)``) unless cfg.deterministic; with
     ``last_num_queries`` the last layer computes only its first positions' outputs."""
     self._check_inputs(inputs_BxL, positions_BxL, mask_BxL, token_type_ids_BxL, rngs)
     visibility = Visibility(mask_BxL.astype(bool), segments_BxL)
@@ -239,17 +225,16 @@ class Classifier(nnx.Module):
   def _layers(self, x_BxLxE: jax.Array, visibility: Visibility,
               ctx: positions_lib.PositionContext, rngs: nnx.Rngs | None,
               last_num_queries: int | None) -> jax.Array:
-    """The encoder layers in turn. With ``cfg.remat`` each run of two or more alike layers
-    before the last is one rolled loop of rematerialised steps (``_remat_loop``); the last
-    layer, which may compute ``last_num_queries`` positions only, is rematerialised alone."""
+    """The layers in turn; with ``cfg.remat`` runs of alike layers before the last are rolled
+    loops (``_remat_loop``) and the last (maybe ``last_num_queries`` only) is remat alone."""
     layers = list(self.layers)
     if not self.cfg.remat:
-      for i, layer in enumerate(layers):
-        last = i == len(layers) - 1
-        x_BxLxE = layer(x_BxLxE, visibility, ctx, rngs, last_num_queries if last else None)
-      return x_BxLxE
+      for layer in layers[:-1]:
+        x_BxLxE = layer(x_BxLxE, visibility, ctx, rngs)
+      return layers[-1](x_BxLxE, visibility, ctx, rngs, last_num_queries)
     remat = nnx.remat(EncoderLayer.__call__, static_argnums=5)
-    for run in _alike_runs(layers[:-1]):
+    # Consecutive layers that share a graph (a hybrid's NoPE layers do not) form one loop.
+    for run in [list(run) for _, run in itertools.groupby(layers[:-1], key=nnx.graphdef)]:
       x_BxLxE = (_remat_loop(run, x_BxLxE, visibility, ctx, rngs) if len(run) > 1 else
                  remat(run[0], x_BxLxE, visibility, ctx, rngs, None))
     return remat(layers[-1], x_BxLxE, visibility, ctx, rngs, last_num_queries)
@@ -258,11 +243,9 @@ class Classifier(nnx.Module):
                token_type_ids_BxL: jax.Array | None = None, *,
                rngs: nnx.Rngs | None = None, segments_BxL: jax.Array | None = None,
                target_positions_BxM: jax.Array | None = None) -> jax.Array:
-    """float32 logits [batch, num_classes]; arguments as ``encode``, or with
-    ``cfg.dual_encoder`` pairs [batch, 2, length] of inputs, positions and mask. A language
-    model gives logits [batch, M, vocab] at ``target_positions_BxM`` (MLM's masked positions;
-    None: every position, M = length); a classifier given ``target_positions_BxM`` (query
-    tokens, ``batches.Queries``) gives its head's logits [batch, M, num_classes] there."""
+    """float32 logits [batch, num_classes]; arguments as ``encode`` (``cfg.dual_encoder``: pairs
+    [batch, 2, length]). A language model, or a classifier given ``target_positions_BxM`` (query
+    tokens), gives logits [batch, M, vocab or classes] there (None: every position)."""
     if self.cfg.language_model or target_positions_BxM is not None:
       x_BxLxE = self.encode(inputs, positions, mask, token_type_ids_BxL, rngs=rngs,
                             segments_BxL=segments_BxL)
@@ -300,23 +283,11 @@ class Classifier(nnx.Module):
     return (total_BxE / jnp.maximum(jnp.sum(weights_BxLx1, axis=1), 1.0)).astype(x_BxLxE.dtype)
 
 
-def _alike_runs(layers: list[EncoderLayer]) -> list[list[EncoderLayer]]:
-  """Consecutive layers grouped where they share a graph (a NoPE layer of a hybrid does not
-  share its neighbours')."""
-  runs = []
-  for layer in layers:
-    if runs and nnx.graphdef(layer) == nnx.graphdef(runs[-1][0]):
-      runs[-1].append(layer)
-    else:
-      runs.append([layer])
-  return runs
-
-
 def _remat_loop(layers: list[EncoderLayer], x_BxLxE: jax.Array, visibility: Visibility,
                 ctx: positions_lib.PositionContext, rngs: nnx.Rngs | None) -> jax.Array:
-  """``layers`` in turn as one rolled loop (``lax.scan``) of rematerialised steps over their
-  stacked states. XLA's CPU compiler keeps every unrolled layer's recomputed activations live
-  at once, so unrolled remat saves nothing there; a loop keeps one layer's. The dropout stream is carried through the loop: the same draws as in turn."""
+  """``layers`` in turn as one ``lax.scan`` of rematerialised steps over their stacked states:
+  XLA on CPU keeps every unrolled layer's recomputed activations live at once, a loop one
+  layer's. The dropout stream is carried through: the same draws as in turn."""
   graphdef = nnx.graphdef(layers[0])
   stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *(nnx.state(l) for l in layers))
   rngs_def, rngs_state = nnx.split(rngs) if rngs is not None else (None, None)
@@ -335,9 +306,8 @@ def _remat_loop(layers: list[EncoderLayer], x_BxLxE: jax.Array, visibility: Visi
 
 
 def init(cfg: ModelConfig, key: jax.Array) -> tuple[nnx.GraphDef, nnx.State]:
-  """(graphdef, params) of a fresh ``Classifier`` (all its state); eager, jit or eval_shape.
-  The scheme's own parameters draw from a stream of their own (``positions``), so the shared ones
-  start identical under every scheme for the same key: an ablation compares from one start."""
+  """(graphdef, params) of a fresh ``Classifier``. The scheme's parameters draw from a stream of
+  their own, so the shared ones start identical under every scheme: ablations share a start."""
   rngs = nnx.Rngs(params=key, positions=jax.random.fold_in(key, 1))
   return nnx.split(Classifier(cfg, rngs=rngs), nnx.Param)
 
