@@ -1,14 +1,7 @@
-"""``ModelConfig``: the validated, frozen model description.
-
-``ModelSettings`` is the ``model`` group of a run config, each field declared (default, comment,
-role) once here; ``ModelConfig`` adds the rest of what defines a model, in one line:
-
-    ModelConfig.of(config.model, rope=config.rope, task=config.train.task,
-                   vocab_size=info.vocab_size, num_classes=info.num_classes)
-
-Size fields left at None take the preset ``size``'s value (``ModelSettings.sizes``).
-Every field is checked here (the position options by ``models.positions``), so a bad experiment
-fails before anything is traced. Hashable: a static jit argument and part of the graphdef.
+"""``ModelSettings`` (a run config's ``model`` group) and ``ModelConfig``, the validated, frozen
+model description it makes with the rest (``ModelConfig.of(config.model, rope=..., task=...,
+vocab_size=..., num_classes=...)``). Every field is checked here, so a bad experiment fails before
+anything is traced. Hashable: a static jit argument and part of the graphdef.
 """
 
 from __future__ import annotations
@@ -24,18 +17,16 @@ import rope
 import settings
 from models import positions
 
-# What the model is trained to do (``train.task``): classify a text, or language modelling, masked
-# (BERT's MLM, bidirectional) or causal (next token, causal attention), with an output layer tied
-# to the token embeddings: train.task -> (a language-modelling head, causal attention).
+# train.task -> (a language-modelling head tied to the token embeddings, causal attention):
+# classify a text, masked (BERT's MLM) or causal (next token) language modelling.
 TASK_MODELS = {'classify': (False, False), 'mlm': (True, False), 'clm': (True, True)}
 TASKS = tuple(TASK_MODELS)
 ATTENTION_KINDS = ('softmax', 'linear')
-# How softmax attention is computed (``models.attention.dot_product_attention``; the Pallas TPU
-# kernels splash and pallas_flash: ``models.attention.pallas_attention``).
+# How softmax attention is computed (``models.attention``).
 ATTENTION_IMPLEMENTATIONS = ('auto', 'explicit', 'xla', 'cudnn', 'chunked', 'splash',
                              'pallas_flash')
-# The Pallas TPU kernels and what each cannot compute; which schemes each computes exactly is the
-# schemes' own declaration (``models.positions.PositionScheme.pallas_kernels``).
+# The Pallas TPU kernels and what each cannot compute; the schemes declare which kernels compute
+# them exactly (``models.positions.PositionScheme.pallas_kernels``).
 _PALLAS_LIMITS = {'splash': 'it takes no bias on the attention logits',
                   'pallas_flash': 'it takes one additive logits bias and forms no probabilities'}
 
@@ -46,8 +37,6 @@ def _pallas_fits(kernel: str) -> tuple[str, ...]:
                if kernel in scheme.pallas_kernels)
 
 
-# The position schemes each Pallas kernel computes exactly (its keys: the Pallas kernels), as the
-# schemes registered with models.positions declare it; the checks ask the schemes themselves.
 PALLAS_SCHEMES = {kernel: _pallas_fits(kernel) for kernel in _PALLAS_LIMITS}
 NORMS = ('post', 'pre')
 POOLINGS = ('cls', 'mean')
@@ -67,16 +56,6 @@ def _choice(field: str, value: Any, choices) -> None:
                      f'{", ".join(map(str, choices))}.')
 
 
-def _positive(field: str, value: Any) -> None:
-  if not value > 0:
-    raise ValueError(f'{field} must be > 0, got {value!r}.')
-
-
-def _rate(field: str, value: float) -> None:
-  if not 0.0 <= value < 1.0:
-    raise ValueError(f'{field} must be in [0, 1), got {value!r}.')
-
-
 P, R, T = settings.Role.PARAMETERS, settings.Role.RESULTS, settings.Role.RUNTIME
 
 
@@ -90,20 +69,17 @@ class ModelSettings:
   # kerple_power | fire | cope (docs/model.md#position-schemes-after-2022).
   position: str = settings.setting(positions.Rotary.name, P)
   # Per-layer hybrids: these layers (0-based) get no position information (NoPE), the others the
-  # scheme's hooks (rotation, logits bias, value term); schemes that add to the embeddings
-  # (sinusoidal, learned) reach every layer through the residual stream, so they refuse it.
+  # scheme's hooks (rotation, logits bias, value term); not for sinusoidal and learned.
   nope_layers: tuple[int, ...] = settings.setting((), P, items=int, example='3,7')
   # Instead of nope_layers: layer i is NoPE when (i + 1) % nope_interval == 0 (0: off), as
   # transformers' no_rope_layer_interval (Llama 4's iRoPE and SmolLM3 use 4: layers 3, 7, ...).
   nope_interval: int = settings.setting(0, P)
   # Attention kind: softmax | linear (paper eq. 19).
   attention: str = settings.setting('softmax', P)
-  # Softmax attention: 'explicit' (written out), 'xla' or 'cudnn' (jax.nn.dot_product_attention;
-  # cudnn: fused flash attention on NVIDIA GPUs), 'chunked' (blocks with an online softmax, memory
-  # linear in the length: long inputs on CPU/TPU), 'splash' / 'pallas_flash' (Pallas TPU kernels;
-  # splash: no bias schemes; pallas_flash: also alibi/t5/shaw as a dense bias; interpret mode,
-  # slow, off TPU), 'auto' (on CPU: chunked to evaluate where the scheme can, explicit to train;
-  # xla elsewhere). The same numbers up to rounding.
+  # Softmax attention (the same numbers up to rounding): 'explicit' (written out), 'xla'/'cudnn'
+  # (jax.nn.dot_product_attention), 'chunked' (online softmax in blocks: memory linear in length),
+  # 'splash'/'pallas_flash' (Pallas TPU kernels, interpreted elsewhere; pallas_flash also takes
+  # alibi/t5/shaw's bias), 'auto' (xla; on CPU chunked to evaluate where it can, else explicit).
   attention_impl: str = settings.setting('auto', T, evaluation=True)
   # Queries and keys per block with attention_impl='chunked'.
   attention_chunk_size: int = settings.setting(512, T, evaluation=True)
@@ -126,9 +102,8 @@ class ModelSettings:
   dual_encoder: bool = settings.setting(False, R)
   # Token-type embeddings (2 in Hugging Face RoFormer checkpoints; 0 = none).
   type_vocab_size: int = settings.setting(0, P)
-  # Positions the `learned` scheme has embeddings for; longer inputs raise. Not a PARAMETERS
-  # field, since only `learned` has such a table: a fine-tune of a `learned` run takes (and must
-  # keep) its source's (training/carry.py).
+  # Positions the `learned` scheme has embeddings for; longer inputs raise. Not PARAMETERS: only
+  # `learned` has such a table, and a fine-tune of it keeps its source's (training/carry.py).
   max_length: int = settings.setting(512, R)
   # Compute dtype: 'float32' or 'bfloat16' (parameters stay float32).
   dtype: str = settings.setting('float32', R)
@@ -149,16 +124,14 @@ class ModelSettings:
   # CoPE: position embeddings per direction; contextual positions are clipped at npos - 1. The
   # authors' default is the training length + 1 (data.max_length + 1).
   cope_npos: int = settings.setting(65, P)
-  # Std of the normal init of the relative-position tables (shaw's rows, t5's bucket biases);
-  # 0 takes model.init_std. At init_std 0.1 they start without a usable position signal and
-  # some seeds never leave the chance plateau (docs/ablation_probes/diagnostic/report.md).
+  # Std of the normal init of shaw's and t5's tables (0: model.init_std); at init_std 0.1 some
+  # seeds never leave the chance plateau (docs/ablation_probes/diagnostic/report.md).
   relative_init_std: float = settings.setting(0.0, R)
   # Linear attention feature map phi: 'elu+1' or 'relu'.
   linear_feature_map: str = settings.setting('elu+1', R)
 
   def sizes(self) -> dict[str, int]:
-    """The size fields, each None taken from the preset ``size`` (the one place presets are
-    resolved)."""
+    """The size fields, each None taken from the preset ``size``."""
     _choice('model.size', self.size, tuple(PRESETS))
     out = {name: preset if getattr(self, name) is None else getattr(self, name)
            for name, preset in zip(SIZED_FIELDS, PRESETS[self.size])}
@@ -168,10 +141,8 @@ class ModelSettings:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ModelConfig(ModelSettings):
-  """Everything that defines the model: the ``model`` and ``rope`` groups and the data's sizes.
-
-  ``deterministic``: no dropout (evaluation); otherwise dropout keys come from the call's rngs.
-  """
+  """Everything that defines the model: the ``model`` and ``rope`` groups and the data's sizes;
+  ``deterministic``: no dropout (evaluation)."""
 
   vocab_size: int
   num_classes: int
@@ -195,24 +166,23 @@ class ModelConfig(ModelSettings):
     self._check_nope_layers()
 
   def _check(self) -> None:
-    _positive('vocab_size', self.vocab_size)
-    _positive('num_classes', self.num_classes)
-    for name in SIZED_FIELDS + ('embedding_size', 'max_length', 'layer_norm_eps', 'init_std',
-                          'attention_chunk_size'):
-      _positive(f'model.{name}', getattr(self, name))
+    for field in ('vocab_size', 'num_classes') + tuple(f'model.{name}' for name in SIZED_FIELDS + (
+        'embedding_size', 'max_length', 'layer_norm_eps', 'init_std', 'attention_chunk_size')):
+      if not (value := getattr(self, field.removeprefix('model.'))) > 0:
+        raise ValueError(f'{field} must be > 0, got {value!r}.')
     if self.type_vocab_size < 0:
       raise ValueError(f'model.type_vocab_size must be >= 0, got {self.type_vocab_size}.')
     if self.relative_init_std < 0:
       raise ValueError(f'model.relative_init_std must be >= 0 (0: model.init_std), got '
                        f'{self.relative_init_std}.')
-    _rate('model.dropout_rate', self.dropout_rate)
-    _rate('model.attention_dropout_rate', self.attention_dropout_rate)
-    _choice('model.attention', self.attention, ATTENTION_KINDS)
-    _choice('model.attention_impl', self.attention_impl, ATTENTION_IMPLEMENTATIONS)
-    _choice('model.norm', self.norm, NORMS)
-    _choice('model.pooling', self.pooling, POOLINGS)
-    _choice('model.dtype', self.dtype, tuple(DTYPES))
-    _choice('model.linear_feature_map', self.linear_feature_map, tuple(rope.FEATURE_MAPS))
+    for name in ('dropout_rate', 'attention_dropout_rate'):
+      if not 0.0 <= (value := getattr(self, name)) < 1.0:
+        raise ValueError(f'model.{name} must be in [0, 1), got {value!r}.')
+    for name, choices in (('attention', ATTENTION_KINDS),
+                          ('attention_impl', ATTENTION_IMPLEMENTATIONS), ('norm', NORMS),
+                          ('pooling', POOLINGS), ('dtype', DTYPES),
+                          ('linear_feature_map', rope.FEATURE_MAPS)):
+      _choice(f'model.{name}', getattr(self, name), tuple(choices))
     if self.hidden_size % self.num_heads:
       raise ValueError(f'model.hidden_size={self.hidden_size} is not divisible by '
                        f'model.num_heads={self.num_heads}.')
@@ -316,11 +286,8 @@ class ModelConfig(ModelSettings):
 
   @property
   def attention_implementation(self) -> str:
-    """``attention_impl``, 'auto' resolved: on CPU, 'chunked' for an evaluation pass (no
-    dropout) where the scheme runs in blocks, as its forward pass is the faster one there at
-    long lengths and about even at short ones (benchmarks/README.md, attention_impl), else
-    'explicit' (training: the written-out form's step is the faster); 'xla' on
-    accelerators."""
+    """``attention_impl``, 'auto' resolved: 'xla' on accelerators; on CPU (the faster there,
+    benchmarks/README.md) 'chunked' to evaluate where the scheme runs in blocks, else 'explicit'."""
     if self.attention_impl != 'auto':
       return self.attention_impl
     if jax.default_backend() != 'cpu':
