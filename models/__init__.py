@@ -1,11 +1,6 @@
 """RoFormer-style encoders whose position scheme is one config field: classifiers, or masked or
-causal language models (``task``).
-
-  cfg = models.ModelConfig(**config.model, rope=rope.RopeConfig(**config.rope),
-                           task=config.train.task, vocab_size=..., num_classes=...)
-  graphdef, params = models.init(cfg, key)
-  logits = nnx.merge(graphdef, params)(inputs_BxL, positions_BxL, mask_BxL,
-                                       rngs=nnx.Rngs(dropout=key))
+causal language models. ``graphdef, params = models.init(models.ModelConfig.of(...), key)``; then
+``nnx.merge(graphdef, params)(inputs_BxL, positions_BxL, mask_BxL, rngs=nnx.Rngs(dropout=key))``.
 """
 
 from models.config import ATTENTION_KINDS, PRESETS, SIZED_FIELDS, TASKS, ModelConfig

@@ -1,10 +1,8 @@
 """Logical axis names for parameters and activations; models never mention mesh axes.
 
-The training side maps them to mesh axes with ``training/partitioning.py``'s ``LOGICAL_RULES``
-under ``jax.set_mesh(mesh)`` and ``nnx.logical_axis_rules(rules)``; the table must name every
-logical axis (unused ones map to None): names without a rule reach the mesh verbatim.
-Parameters carry their names as ``out_sharding`` metadata (flax's successor of
-``nnx.with_partitioning``), so ``nnx.get_partition_spec(params)`` gives the ``PartitionSpec`` tree.
+``training/partitioning.py``'s ``LOGICAL_RULES`` map them to mesh axes and must name every one
+(names without a rule reach the mesh verbatim). Parameters carry theirs as ``out_sharding``
+metadata, so ``nnx.get_partition_spec(params)`` gives the ``PartitionSpec`` tree.
 """
 
 from __future__ import annotations
@@ -42,14 +40,12 @@ def active() -> bool:
 
 
 def logical_to_mesh(names: Sequence[str | None]) -> PartitionSpec:
-  """The mesh ``PartitionSpec`` of logical ``names`` under the active rules: flax's renaming
-  (``nnx.logical_axis_rules``), then ``distinct_axes``."""
+  """The mesh ``PartitionSpec`` of logical ``names`` under the active rules."""
   return distinct_axes(flax_spmd.apply_rules(PartitionSpec(*_check_names(names)), None))
 
 
 def distinct_axes(spec: PartitionSpec) -> PartitionSpec:
-  """``spec`` with each mesh axis used at most once: a later dimension whose mesh axes include
-  one already used is replicated (None)."""
+  """``spec`` with a later dimension whose mesh axes were already used replicated (None)."""
   used: set[str] = set()
   out = []
   for mesh_axes in spec:
