@@ -143,7 +143,8 @@ def test_embedded_datasets_train(tmp_path, run_config, name):
     pytest.skip('man pages not installed (apt-get install manpages manpages-dev)')
   config = run_config(**{'data.name': name, 'data.max_length': 128,
                          'train.num_steps': 30, 'train.eval_every': 30,
-                         'model.type_vocab_size': 2 if name == 'manpages/pairs' else 0})
+                         'model.type_vocab_size': 2 if name == 'manpages/pairs' else 0,
+                         'train.projects': 'lra' if name.startswith('listops') else ''})
   summary = trainer.train_and_evaluate(config, str(tmp_path / 'run'))
   if name == 'manpages/pairs':  # a hard two-text task: 30 steps only show it runs end to end
     assert summary['eval']['test']['count'] == 122 and 'f1' in summary['eval']['test']
@@ -302,7 +303,7 @@ def _csv(tmp_path) -> str:
 def test_embedded_dataset_versions_are_part_of_the_data_fingerprint(run_config):
   """A run made on another version of an embedded dataset is stale; a fingerprint saved
   before versions were recorded is not."""
-  config = run_config(**{'data.name': 'listops/small'})
+  config = run_config(**{'data.name': 'position_probes/order'})
   now = validation.data_fingerprint(config.data)
   assert validation.data_changes(now, now) == []
   assert validation.data_changes({}, now) == []
