@@ -1,7 +1,5 @@
-"""``train_and_evaluate(config, workdir)``: the whole training run, resumable from the workdir:
-the guards (``guards.guarded``), ``_setup`` (build, restore or initialise), the loop over
-``steps.train_step`` (with ``_Loop.after_step``: log, evaluate, checkpoint, preemption) and
-``_summarize`` (every split evaluated, ``summary.json``)."""
+"""``train_and_evaluate(config, workdir)``: the guards, ``_setup``, the loop over
+``steps.train_step`` (``_Loop.after_step``: log, evaluate, save, preemption), ``_summarize``."""
 
 from __future__ import annotations
 
@@ -23,7 +21,6 @@ from training import checkpoints
 from training import guards
 from training import init_from
 from training import metrics as metrics_lib
-from training import preemption
 from training import validation
 from training import workdir as workdir_lib
 from training.config import RunConfig, run_config
@@ -38,15 +35,13 @@ class NonFiniteLossError(RuntimeError):
   """The loss or the gradients became NaN/Inf."""
 
 
-# XLA flags this project's runs start with on top of the user's XLA_FLAGS (which win): XLA's CPU
-# scheduler that runs independent ops side by side, its default, makes the train step both
-# slower and larger in peak memory here (benchmarks/README.md, finetune).
+# Under the user's XLA_FLAGS (which win): XLA's default CPU scheduler makes the train step slower
+# and larger in peak memory here (benchmarks/README.md, finetune).
 XLA_FLAG_DEFAULTS = ('--xla_cpu_enable_concurrency_optimized_scheduler=false',)
 
 
 def default_xla_flags() -> None:
-  """Adds ``XLA_FLAG_DEFAULTS`` to $XLA_FLAGS where it does not set them already; it takes
-  effect only before JAX starts its backends (the entry points call it before they parse)."""
+  """Adds ``XLA_FLAG_DEFAULTS`` that $XLA_FLAGS does not set (before JAX starts its backends)."""
   given = os.environ.get('XLA_FLAGS', '')
   names = {f.split('=')[0] for f in given.split()}
   added = [f for f in XLA_FLAG_DEFAULTS if f.split('=')[0] not in names]
@@ -81,9 +76,7 @@ class _Run:
 
 def train_and_evaluate(config: RunConfig | ml_collections.ConfigDict,
                        workdir: str) -> dict[str, Any]:
-  """Trains, evaluates, checkpoints, resumes; returns the run summary (also ``summary.json``). The
-  workdir is locked for the run's duration: a second run on it refuses to start. Metrics are
-  fetched one step late, so the host never waits on the step just launched."""
+  """Trains, evaluates, checkpoints, resumes; returns the run summary (also ``summary.json``)."""
   config = run_config(config)
   with guards.guarded(config, workdir) as guard:  # every check, the lock, the signal watcher
     began = time.perf_counter()
@@ -104,8 +97,7 @@ def train_and_evaluate(config: RunConfig | ml_collections.ConfigDict,
 
 
 def _setup(config: RunConfig, guard: guards.Guard) -> tuple[_Run, Any]:
-  """The run and its newest intact checkpoint (or its initial state, from ``train.init_from``'s
-  source); the guard's stack closes what it opens."""
+  """The run and its newest intact checkpoint, or its initial state."""
   workdir, validated, source, stack = guard.workdir, guard.validated, guard.source, guard.stack
   exp, mesh = Experiment(config, workdir, validated.placement), validated.placement.mesh
   for _, length in exp.final_splits():  # a final evaluation that cannot fit is refused now
@@ -133,9 +125,10 @@ def _setup(config: RunConfig, guard: guards.Guard) -> tuple[_Run, Any]:
           f'{exp.num_params:,} parameters, {len(exp.seeds)} member(s) ({exp.member_mode}), '
           f'{jax.process_count()} process(es), {jax.device_count()} device(s), '
           f'mesh {dict(mesh.shape)}.')
-  writer = metrics_lib.RunWriter(workdir, exp.members, num_steps=config.train.num_steps,
-                                 resume_step=start, log_every=config.train.log_every,
-                                 hparams=hparams(config_dict), wandb_project=config.train.wandb_project)
+  t = config.train
+  writer = metrics_lib.RunWriter(workdir, exp.members, num_steps=t.num_steps, resume_step=start,
+                                 log_every=t.log_every, hparams=hparams(config_dict),
+                                 wandb_project=t.wandb_project)
   stack.callback(writer.close)
   profiler = metrics_lib.Profiler(config.train.profile_steps, workdir)
   stack.callback(profiler.close)
@@ -143,22 +136,20 @@ def _setup(config: RunConfig, guard: guards.Guard) -> tuple[_Run, Any]:
 
 
 def hparams(config_dict: dict[str, Any]) -> dict[str, Any]:
-  """A config's dict (``settings.to_dict``) as flat 'group.field' -> scalar (TensorBoard's
-  HParams, Weights & Biases; a list as its command-line text)."""
+  """A config's dict as flat 'group.field' -> scalar (a list as its command-line text)."""
   flat = validation.flatten(config_dict)
   return {k: v if isinstance(v, (bool, int, float, str)) else
           ','.join(map(str, v)) if isinstance(v, list) else str(v) for k, v in flat.items()}
 
 
 class _Loop:
-  """What the loop does on the host after each step: each step's metrics (fetched one step late,
-  at once where an evaluation or a save needs them), the NaN/Inf check, the window averaged
-  every ``train.log_every`` steps (saved with each checkpoint, so a resume writes the same
-  records), validation, checkpoints and preemption; ``last_eval`` is the last validation result
-  (None if no step ran)."""
+  """The host's work after each step. Metrics are fetched one step late (the host never waits on
+  the step just launched), at once where an evaluation or a save needs them; the window averaged
+  every ``train.log_every`` steps is saved with each checkpoint, so a resume writes the same
+  records."""
 
   def __init__(self, run: _Run):
-    self.run, self.pending, self.last_eval = run, None, None
+    self.run, self.pending, self.last_eval = run, None, None  # the last validation's results
     saved = run.ckpt.restored_train_log or {'num': 0, 'sums': {}}  # None: a fresh start
     self.sums: dict[str, np.ndarray] = {k: np.asarray(v['values'], v['dtype'])
                                         for k, v in saved['sums'].items()}
@@ -193,23 +184,28 @@ class _Loop:
                             'train/skipped_updates': m['skipped'].astype(np.float64)})
     self.sums, self.num = {}, 0
 
-  def after_step(self, step: int, state: Any, step_metrics: dict, watcher: preemption.Watcher,
-                 began: float) -> None:
-    run, t = self.run, self.run.config.train
+  def flush(self, began: float) -> None:
     if self.pending is not None:
       self.add(*jax.device_get(self.pending))
-      run.seconds.setdefault('first_step', time.perf_counter() - began)  # mostly compiling
+      self.run.seconds.setdefault('first_step', time.perf_counter() - began)  # mostly compiling
+      self.pending = None
+
+  def after_step(self, step: int, state: Any, step_metrics: dict, watcher: guards.Watcher,
+                 began: float) -> None:
+    run, t = self.run, self.run.config.train
+    self.flush(began)
     self.pending = (step, step_metrics)
     run.writer.progress(step)
     preempted = watcher.reached(step)
     evaluated = step % t.eval_every == 0 or step == t.num_steps
     saved = step % t.checkpoint_every == 0 or step == t.num_steps
     if preempted or evaluated or saved:
-      self.add(*jax.device_get(self.pending))
-      run.seconds.setdefault('first_step', time.perf_counter() - began)
-      self.pending = None
+      self.flush(began)
     if preempted:
-      _preempt(run, step, state, self)
+      run.ckpt.save(step, state, train_log=self.saved())
+      run.ckpt.wait()
+      console(f'Preempted: saved step {step} in {run.workdir}; the next start resumes from it.')
+      raise guards.Preempted(step)
     if evaluated:
       eval_began = time.perf_counter()
       self.last_eval = run.exp.evaluate(state.params, run.exp.eval_batches('validation'))
@@ -222,13 +218,6 @@ class _Loop:
       score = float(np.mean(last['score'])) if evaluated else np.nan
       finite = np.isfinite(score) and np.all(np.isfinite(last['loss']))
       run.ckpt.save(step, state, score if finite else None, self.saved())
-
-
-def _preempt(run: _Run, step: int, state: Any, log: _Loop) -> None:
-  run.ckpt.save(step, state, train_log=log.saved())
-  run.ckpt.wait()
-  console(f'Preempted: saved step {step} in {run.workdir}; the next start resumes from it.')
-  raise preemption.Preempted(step)
 
 
 def _summarize(run: _Run, state: Any, last_eval: dict | None) -> dict[str, Any]:
@@ -262,14 +251,12 @@ def _summarize(run: _Run, state: Any, last_eval: dict | None) -> dict[str, Any]:
   }
   if jax.process_index() == 0:
     storage.write_json(os.path.join(run.workdir, SUMMARY_FILE), summary)
-  console(closing_line(summary, os.path.join(run.workdir, SUMMARY_FILE),
-                       exp.kind.closing(summary)))
+  console(closing_line(summary, os.path.join(run.workdir, SUMMARY_FILE), exp.kind.closing(summary)))
   return summary
 
 
 def closing_line(summary: dict[str, Any], path: str, extra: str = '') -> str:
-  """The run's last line: the test result of the final state (and the task kind's ``extra``),
-  and where the rest is."""
+  """The run's last line: the final state's test result (and the kind's ``extra``), and ``path``."""
   test = summary['eval'].get('test', {})
   metric = next((m for m in ('perplexity', 'pearson', 'accuracy') if m in test), None)
   if metric is None:
