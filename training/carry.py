@@ -1,12 +1,7 @@
 """A fine-tune's model comes from its source (``train.init_from``), as ``from_pretrained``'s does:
-the fields that shape the parameters (the ``PARAMETERS`` role: scheme, sizes, layout, tokenizer
-and vocabulary; the `learned` table's length, ``model.max_length``, too) are the source run's,
-unless the command line sets them. A field set there keeps its value, and
-``init_from.check_source`` refuses it, naming the field, if the parameters cannot load.
-
-The fields are filled into the ConfigDict before the ``RunConfig`` is built from it, so the run's
-config is still built and checked once. What the user set is what the command line overrode
-(``config_flags.get_override_values``): the config file gives a template, the source the model.
+the fields that shape the parameters are the source run's unless the command line sets them
+(``init_from.check_source`` refuses those that cannot load). They are filled into the ConfigDict
+before the ``RunConfig`` is built, so the run's config is built and checked once.
 """
 
 from __future__ import annotations
@@ -29,8 +24,7 @@ _TOKENIZER = {'wordpiece': 'huggingface', 'bpe': 'huggingface'}
 
 
 def shaping_fields(source: RunConfig) -> tuple[str, ...]:
-  """The fields of ``source`` that shape its parameters: the PARAMETERS role, and with a scheme
-  that stops at model.max_length (learned's table) that length."""
+  """The PARAMETERS fields of ``source``, and model.max_length where its scheme stops there."""
   return PARAMETER_FIELDS + (('model.max_length',) if models.has_max_length(source.model.position)
                              else ())
 
@@ -47,19 +41,14 @@ def carried(source: RunConfig, explicit: Collection[str] = ()) -> dict[str, Any]
 
 def with_source_model(config: ml_collections.ConfigDict,
                       explicit: Collection[str]) -> ml_collections.ConfigDict:
-  """``config`` with the model fields of its ``train.init_from`` run filled in, but those in
-  ``explicit`` (the command line's overrides). Unchanged without init_from, or when the source is
-  not a readable train.py workdir (a Hugging Face checkpoint or conversion, whose fields
-  check_source compares; a missing source, which it reports)."""
-  source = config.train.init_from
-  if not source:
+  """``config`` with its source run's model fields but ``explicit`` (the command line's)."""
+  if not (source := config.train.init_from):
     return config
   try:
     source_config = validation.load_config(storage.canonical(source))
   except (OSError, ValueError):
     return config
-  changes = carried(source_config, explicit)
-  if not changes:
+  if not (changes := carried(source_config, explicit)):
     return config
   filled = ml_collections.ConfigDict(config.to_dict())  # the flags' ConfigDict is locked
   filled.update_from_flattened_dict(changes)

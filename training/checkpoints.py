@@ -1,9 +1,8 @@
 """Orbax checkpoints (the last N plus the best by validation accuracy), checked file by file.
 
-Orbax renames a save's temporary directory when complete, so an interrupted save (kill -9
-included) leaves no step behind. Added here: a manifest (size and SHA-256 of every file), written
-once a save is complete and checked before a restore, so a truncated or garbled file is detected,
-not read as numbers; corrupt steps are moved to ``checkpoints_corrupt/`` (never deleted).
+An interrupted save leaves no step (orbax renames it when complete); a manifest (size and SHA-256
+of every file) written after the save is checked before a restore, so garbled files are not read
+as numbers. Corrupt steps are moved to ``checkpoints_corrupt/``, never deleted.
 """
 
 from __future__ import annotations
@@ -30,22 +29,16 @@ CHECKPOINT_DIR = 'checkpoints'
 CORRUPT_DIR = 'checkpoints_corrupt'
 MANIFEST_FILE = '_SHA256_MANIFEST.json'
 STATE_ITEM = 'state'
-# The host's train-metric window (trainer._Loop): saved with the state, so that a run resumed
-# between two log steps averages the same steps as one that ran through.
 TRAIN_LOG_ITEM = 'train_log'
 _SMALL_FILE = 1 << 20  # files up to this size are hashed even by the quick check
-# orbax's routine warnings: a save without a validation accuracy (simply not a candidate for the
-# best), and a read-only manager (evaluation) not saving.
+# orbax's routine warnings: a save without a validation accuracy, a read-only manager.
 _NOISE = ('did not provide metrics', 'read_only=True, setting', 'Given directory is read only')
 
 
 class _Echoes:
-  """The one place that silences what tensorstore's threads print once orbax has failed: callbacks
-  into the closed event loop (sys.excepthook, sys.unraisablehook) and asyncio's "Task exception
-  was never retrieved". From the first restore, what comes from orbax's pending reads while a
-  restore runs (some print before orbax raises), and for the rest of the run once one has failed;
-  within a restore no absl records either (the caller reports the outcome in one line). From
-  ``quiet_closed_loop_echoes`` on, unless ``verbose()``, each callback into a closed loop too."""
+  """Silences what tensorstore's threads print once orbax has failed (hooks, asyncio's "Task
+  exception was never retrieved"): while a restore runs and, once one failed, for the rest of the
+  run; within a restore no absl records either (the caller reports the outcome in one line)."""
   hooked = active = failed = False
   verbose: Callable[[], bool] | None = None
 
@@ -94,15 +87,13 @@ class _Echoes:
 
 
 def quiet_closed_loop_echoes(verbose: Callable[[], bool]) -> None:
-  """Unless ``verbose()``, drops the dozens of 'Event loop is closed' tracebacks that follow a
-  failed save or restore (the command line's, from its start; see ``_Echoes``)."""
+  """Unless ``verbose()``, drops the 'Event loop is closed' tracebacks of a failure."""
   _Echoes.verbose = verbose
   _Echoes.hook()
 
 
 def _quiet_orbax_logs(record: logging.LogRecord) -> bool:
-  """Drops ``_NOISE``, and below ``--verbosity=1`` the tracebacks of a failed save (raised as
-  ``CheckpointSaveError``, one paragraph)."""
+  """Drops ``_NOISE``, and below ``--verbosity=1`` the tracebacks of a failed save."""
   if any(text in str(record.msg) for text in _NOISE):
     return False
   if (record.exc_info and '/orbax/' in (record.pathname or '')
@@ -138,7 +129,6 @@ class CheckpointSaveError(CheckpointError):
   """Writing a checkpoint failed (e.g. the disk is full)."""
 
 
-# orbax has no checksums: test_reliability::test_garbled_partial_and_unmanifested_checkpoints
 def write_manifest(step_dir: str) -> None:
   """Writes the size and SHA-256 of every file of a complete step directory (atomically)."""
   paths = {rel: os.path.join(step_dir, rel) for rel in sorted(storage.files_under(step_dir))
@@ -149,7 +139,7 @@ def write_manifest(step_dir: str) -> None:
 
 def verify(step_dir: str, *, full: bool = True) -> str | None:
   """Why a step directory is not intact, or None if it is or has no manifest (a save killed before
-  it; restoring checks it). ``full=False`` hashes only small files and checks the others' sizes."""
+  it). ``full=False`` hashes only small files and checks the others' sizes."""
   if not storage.is_dir(step_dir):
     return 'its directory is missing'
   path = os.path.join(step_dir, MANIFEST_FILE)
@@ -183,7 +173,6 @@ def _none_intact(directory: str, reasons: dict[int, str]) -> NoIntactCheckpointE
 
 
 def _shapes(tree: Any) -> dict[str, tuple[tuple[int, ...], str]]:
-  """'params/.../kernel' -> (shape, dtype) of every array leaf of a pytree."""
   leaves = jax.tree_util.tree_flatten_with_path(
       tree, is_leaf=lambda x: hasattr(x, 'shape') and hasattr(x, 'dtype'))[0]
   return {jax.tree_util.keystr(path, simple=True, separator='/'):
@@ -191,8 +180,7 @@ def _shapes(tree: Any) -> dict[str, tuple[tuple[int, ...], str]]:
 
 
 class Checkpointer:
-  """A train state in ``workdir/checkpoints``: the latest ``keep`` plus the best by validation
-  accuracy. ``read_only`` never changes the disk (evaluation, possibly of a running workdir)."""
+  """The latest ``keep`` train states plus the best; ``read_only`` never changes the disk."""
 
   def __init__(self, workdir: str, keep: int, *, read_only: bool = False):
     self.workdir = storage.canonical(workdir)
@@ -211,8 +199,8 @@ class Checkpointer:
     self.manager = self._open(options)
 
   def _open(self, options: ocp.CheckpointManagerOptions) -> ocp.CheckpointManager:
-    """orbax's manager, which reads every step's metrics: a step failing the quick check is set
-    aside first, not left to orbax's parse error (read-only: CheckpointError naming it)."""
+    """orbax's manager; a step failing the quick check is set aside first, not left to orbax's
+    parse error (read-only: CheckpointError naming it)."""
     try:
       return ocp.CheckpointManager(self.directory, options=options)
     except Exception:  # pylint: disable=broad-except
@@ -235,24 +223,18 @@ class Checkpointer:
   def step_dir(self, step: int) -> str:
     return os.path.join(self.directory, str(step))
 
-  def all_steps(self) -> list[int]:
-    """Complete checkpoints, ascending (interrupted saves are never listed)."""
+  def all_steps(self) -> list[int]:  # complete checkpoints, ascending
     return sorted(s for s in self.manager.all_steps() if s not in self.skipped)
-
-  def accuracy(self, step: int) -> float | None:
-    """The validation accuracy a checkpoint was saved with (None if it was not evaluated)."""
-    try:
-      return float((self.manager.metrics(step) or {})['accuracy'])
-    except (KeyError, TypeError, ValueError, OSError):
-      return None
 
   def ranked_steps(self, which: str) -> list[int]:
     """The steps in the order 'best' (validation accuracy, then newest) or 'latest' wants them."""
     if which == 'latest':
       return sorted(self.all_steps(), reverse=True)
-    accuracy = {step: self.accuracy(step) for step in self.all_steps()}
-    return sorted(accuracy, key=lambda s: (accuracy[s] is not None, accuracy[s] or 0.0, s),
-                  reverse=True)
+    steps, accuracy = self.all_steps(), {}  # saved with the steps that were evaluated
+    for step in steps:
+      with contextlib.suppress(KeyError, TypeError, ValueError, OSError):
+        accuracy[step] = float((self.manager.metrics(step) or {})['accuracy'])
+    return sorted(steps, key=lambda s: (s in accuracy, accuracy.get(s, 0.0), s), reverse=True)
 
   def _save_failed(self, step: int | None, e: Exception) -> CheckpointSaveError:
     self._save_error = e
@@ -274,8 +256,8 @@ class Checkpointer:
 
   def save(self, step: int, state: Any, accuracy: float | None = None,
            train_log: dict[str, Any] | None = None) -> None:
-    """Saves asynchronously; ``accuracy`` ranks the best checkpoint; ``train_log`` (JSON) is saved
-    beside the state. CheckpointSaveError if this save or the previous one failed to write."""
+    """Saves asynchronously; ``accuracy`` ranks the best; ``train_log`` (JSON: the host's metric
+    window) is saved beside the state. CheckpointSaveError if this or the previous save failed."""
     metrics = None if accuracy is None else {'accuracy': float(accuracy)}
     items = {STATE_ITEM: ocp.args.StandardSave(state)}
     if train_log is not None:
@@ -325,7 +307,6 @@ class Checkpointer:
       raise CorruptCheckpointError(step, reason, self.directory)
 
   def check_compatible(self, step: int, abstract_state: Any) -> None:
-    """Raises CheckpointMismatchError naming the arrays whose shapes differ from the config's."""
     saved, wanted = _shapes(self._saved_tree(step)), _shapes(abstract_state)
     if not saved:
       raise CorruptCheckpointError(step, 'its metadata lists no arrays', self.directory)
@@ -362,8 +343,7 @@ class Checkpointer:
     return restored[STATE_ITEM]
 
   def restore_raw(self, step: int) -> Any:
-    """The saved state as NumPy arrays on this host, whatever model wrote it (another run's
-    weights, for ``train.init_from``); CorruptCheckpointError as ``restore``."""
+    """The saved state as NumPy arrays on this host, whatever model wrote it (``init_from``)."""
     self._check_intact(step)
     device = jax.sharding.SingleDeviceSharding(jax.devices('cpu')[0])  # host memory
     target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
@@ -372,8 +352,7 @@ class Checkpointer:
     return jax.tree.map(np.asarray, self._read(step, target)[STATE_ITEM])
 
   def _read(self, step: int, target: Any) -> Any:
-    """orbax's restore of ``step`` onto ``target``, with its ``train_log`` in the same read (an
-    unreadable window is as corrupt as unreadable arrays); CorruptCheckpointError if it fails."""
+    """orbax's restore of ``step`` onto ``target``; CorruptCheckpointError if it fails."""
     items = {STATE_ITEM: ocp.args.StandardRestore(target)}
     if storage.is_dir(os.path.join(self.step_dir(step), TRAIN_LOG_ITEM)):
       items[TRAIN_LOG_ITEM] = ocp.args.JsonRestore()
@@ -385,8 +364,7 @@ class Checkpointer:
                                    f'{" ".join(str(e).split())[:300]})', self.directory) from e
 
   def restore_first_intact(self, steps: list[int], abstract_state: Any) -> tuple[int, Any]:
-    """(step, state) of the first of ``steps`` that restores, corrupt ones recorded in
-    ``skipped``; NoIntactCheckpointError if none does."""
+    """(step, state) of the first of ``steps`` that restores; NoIntactCheckpointError if none."""
     for step in steps:
       try:
         return step, self.restore(step, abstract_state)
@@ -397,8 +375,7 @@ class Checkpointer:
     raise _none_intact(self.directory, self.skipped)
 
   def restore_latest(self, abstract_state: Any) -> tuple[int, Any]:
-    """(step, state) of the newest intact checkpoint, or (0, None) when there is none. Corrupt ones
-    are moved away so their steps can be saved again; with none intact nothing is moved."""
+    """(step, state) of the newest intact checkpoint, or (0, None); corrupt ones move."""
     steps = self.all_steps()
     if not steps:
       return 0, None

@@ -1,11 +1,6 @@
-"""``RunConfig``: a run's settings, one frozen, typed dataclass per group (``model``: models,
-``rope``: rope, ``data``: data, ``optim``, ``train`` and ``mesh``: here), each field declared
-once with its default, comment and role (``settings``). ``configs/default.py`` is the ConfigDict
-generated from these defaults; ``run_config`` turns a ConfigDict (what ``config_flags`` fills)
-or a saved config.json back into a checked ``RunConfig``.
-
-Which fields may change on resume, between the runs of an ablation, between a pre-trained source
-and its fine-tune, or at evaluation, is derived here from the roles.
+"""``RunConfig``: a run's settings, one frozen dataclass per group (``optim``, ``train`` and
+``mesh`` here), each field declared once with its default, comment and role (``settings``);
+``run_config`` turns a ConfigDict or a saved config.json into a checked ``RunConfig``.
 """
 
 from __future__ import annotations
@@ -34,30 +29,23 @@ class OptimConfig:
   """AdamW with warmup and decay (training/optim.py)."""
 
   learning_rate: float = settings.setting(1e-3, R)  # Peak learning rate.
-  # Peak learning rates trained together in one vmapped run, one member per (rate, seed), e.g.
-  # '3e-4,1e-3,3e-3' (each member its own rate, injected into its optimizer state); empty trains
-  # optim.learning_rate alone.
-  learning_rates: tuple[float, ...] = settings.setting((), R, items=float,
-                                                       example='3e-4,1e-3,3e-3')
+  # Peak learning rates trained together, one member per (rate, seed); empty: learning_rate.
+  learning_rates: tuple[float, ...] = settings.setting((), R, items=float, example='3e-4,1e-3,3e-3')
   # Fine-tuning (train.init_from): layer i of L learns at layer_decay^(L - i) x the rate, the
   # embeddings at layer_decay^(L + 1), the head at 1 (1.0: off; ELECTRA/BEiT use 0.65-0.9).
   layer_decay: float = settings.setting(1.0, R)
-  # Train the classification head only (a linear probe of the encoder).
-  freeze_encoder: bool = settings.setting(False, R)
-  # The position scheme's own parameters learn at this x the rate.
-  position_lr_multiplier: float = settings.setting(1.0, R)
+  freeze_encoder: bool = settings.setting(False, R)  # Train the classification head only.
+  position_lr_multiplier: float = settings.setting(1.0, R)  # x the rate for position parameters.
   warmup_steps: int = settings.setting(50, R)  # Linear warmup steps.
   # Decay after warmup: 'cosine', 'linear', 'constant' or 'rsqrt' (sqrt(warmup / step), LRA).
   schedule: str = settings.setting('cosine', R)
   end_lr_factor: float = settings.setting(0.0, R)  # Final learning rate as a fraction of the peak.
-  # AdamW decoupled weight decay (not on biases, LayerNorm or embeddings).
-  weight_decay: float = settings.setting(0.01, R)
+  weight_decay: float = settings.setting(0.01, R)  # AdamW's, on dense kernels only.
   b1: float = settings.setting(0.9, R)  # Adam beta1.
   b2: float = settings.setting(0.999, R)  # Adam beta2.
   eps: float = settings.setting(1e-8, R)  # Adam epsilon.
   grad_clip_norm: float = settings.setting(1.0, R)  # Global-norm gradient clipping (0 = off).
-  # Gradient accumulation (optax.MultiSteps); effective batch = batch_size * this.
-  grad_accum_steps: int = settings.setting(1, R)
+  grad_accum_steps: int = settings.setting(1, R)  # Gradient accumulation (optax.MultiSteps).
 
   def __post_init__(self):
     """Finite hyper-parameters in their ranges (a NaN passes every comparison, so test for it)."""
@@ -84,49 +72,35 @@ class TrainConfig:
   # 'clm' (causal language modelling: next token, causal attention) on data.name's texts.
   task: str = settings.setting('classify', R)
   seed: int = settings.setting(0, R)  # Seed for parameter init and dropout (data order: data.seed).
-  # Train seeds seed, seed+1, ... together (batches shared).
-  num_seeds: int = settings.setting(1, R)
-  # How the members (learning rate x seed) share the step: 'vmap' (all in one batched
-  # computation), 'loop' (one after another inside the step, each at single-run speed) or 'auto'
-  # (loop on CPU, where benchmarks/seeds_bench.py measures vmap slower; vmap elsewhere). The same
-  # numbers up to rounding.
+  num_seeds: int = settings.setting(1, R)  # Train seeds seed, seed+1, ... together.
+  # How the members share the step: 'vmap' (one batched computation), 'loop' (one after another)
+  # or 'auto' (loop on CPU, where benchmarks/seeds_bench.py measures vmap slower; else vmap).
   members: str = settings.setting('auto', T)
   batch_size: int = settings.setting(32, R)  # Global batch size (split across hosts and devices).
-  # Instead of batch_size (set it to 0; exactly one of the two): examples per data-parallel
-  # device, so the global batch is this x the devices and one command fits any slice.
+  # Instead of batch_size (set it to 0): examples per data-parallel device.
   per_device_batch_size: int = settings.setting(0, R)
   num_steps: int = settings.setting(300, R, resume=True)  # Optimizer steps (a resume may extend).
-  # Evaluate on the validation split every this many steps (and at the end).
-  eval_every: int = settings.setting(100, R, resume=True)
+  eval_every: int = settings.setting(100, R, resume=True)  # Validation every this many steps.
   log_every: int = settings.setting(20, T)  # Write train metrics every this many steps.
-  # Save a checkpoint every this many steps (and at the end).
-  checkpoint_every: int = settings.setting(100, T)
-  # Most recent checkpoints kept (plus the best by validation accuracy).
-  keep_checkpoints: int = settings.setting(2, T)
+  checkpoint_every: int = settings.setting(100, T)  # Save every this many steps (and at the end).
+  keep_checkpoints: int = settings.setting(2, T)  # Latest checkpoints kept (plus the best).
   eval_batch_size: int = settings.setting(64, T, evaluation=True)  # Global evaluation batch size.
-  # Evaluate the test splits up to this length at the end (0: all).
-  eval_max_length: int = settings.setting(0, R, resume=True)
-  # Evaluate only the test splits of these lengths at the end (empty: every length); the test
-  # split at the training length always is.
+  eval_max_length: int = settings.setting(0, R, resume=True)  # Final test splits up to (0: all).
+  # Evaluate only the test splits of these lengths at the end (and at the training length).
   test_lengths: tuple[int, ...] = settings.setting((), R, items=int, resume=True,
                                                    example='64,128,256,512')
   # On a NaN/Inf loss or gradient: False stops the run; True skips the update and counts it.
   skip_nonfinite: bool = settings.setting(False, R, resume=True)
-  # JAX persistent compilation cache ('' = off).
+  # JAX's persistent compilation cache ('' = off).
   compilation_cache_dir: str = settings.setting('~/.cache/roformer_jax/xla', T)
-  # Start from another run's weights (a train.py workdir; training/init_from.py): every parameter
-  # but the classification head ('' = a fresh start; resuming this run's own checkpoint wins).
+  # Start from another run's weights but the head (training/init_from.py; '' = a fresh start).
   init_from: str = settings.setting('', R, resume=True)
-  # With init_from: the head too (same task, e.g. a fine-tune at a longer length).
-  init_head: bool = settings.setting(False, R, resume=True)
+  init_head: bool = settings.setting(False, R, resume=True)  # With init_from: the head too.
   # A jax.profiler trace of steps 'first:last' (e.g. '10:15') into workdir/profile ('' = none).
   profile_steps: str = settings.setting('', T)
-  # Also log to this Weights & Biases project ('' = off; needs `pip install wandb`; set
-  # WANDB_MODE=offline to keep the run in workdir/wandb for `wandb sync`).
-  wandb_project: str = settings.setting('', T)
+  wandb_project: str = settings.setting('', T)  # Also log to Weights & Biases ('' = off).
   # Projects (projects/<name>/) whose datasets, task kinds and report sections this run uses:
-  # imported before the config is checked, so a saved run's config finds them again. A
-  # project's config files set it.
+  # imported before the config is checked (a project's config files set it).
   projects: tuple[str, ...] = settings.setting((), T, items=str, example='chomsky')
 
   def __post_init__(self):
@@ -155,11 +129,9 @@ class MeshConfig:
   """The device mesh (training/partitioning.py); one axis may be -1 (fills the devices)."""
 
   data: int = settings.setting(-1, T)  # Data-parallel axis (within a slice on multi-slice TPU).
-  # Fully sharded data-parallel axis (parameters and optimizer state sharded, batch split too).
-  fsdp: int = settings.setting(1, T)
+  fsdp: int = settings.setting(1, T)  # Fully sharded data-parallel axis (batch and parameters).
   tensor: int = settings.setting(1, T)  # Tensor-parallel axis (heads, MLP units and vocabulary).
-  # Multi-slice TPU: data-parallel factor across slices (total data = dcn_data * data).
-  dcn_data: int = settings.setting(1, T)
+  dcn_data: int = settings.setting(1, T)  # Multi-slice TPU: data-parallel factor across slices.
   dcn_fsdp: int = settings.setting(1, T)  # Multi-slice TPU: FSDP factor across slices.
   dcn_tensor: int = settings.setting(1, T)  # Multi-slice TPU: tensor-parallel factor across slices.
   # Overrides of the logical->mesh axis table, e.g. 'vocab=,embed=fsdp+tensor'.
@@ -168,9 +140,8 @@ class MeshConfig:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RunConfig:
-  """Every setting of a run; the checks that relate groups run when it is built, but the
-  model's (``check_model``): an ablation builds the runs of its grid first and marks those whose
-  model cannot be built (e.g. a bias scheme with linear attention) not applicable."""
+  """Every setting of a run, checked when built but the model (``check_model``: an ablation marks
+  the cells whose model cannot be built not applicable)."""
 
   model: ModelSettings = dataclasses.field(default_factory=ModelSettings)
   # Rotary options (RoPE's model.position): rope.RopeConfig, with the paper's defaults.
@@ -193,8 +164,7 @@ class RunConfig:
     optim_lib.schedule_shape(o, updates)  # the schedule's name
 
   def model_config(self, *, vocab_size: int = 1, num_classes: int = 1) -> models.ModelConfig:
-    """The model of this run: the ``model`` and ``rope`` groups plus the data's sizes (1 before
-    the data is read: the checks)."""
+    """The ``model`` and ``rope`` groups plus the data's sizes (1 before the data is read)."""
     return models.ModelConfig.of(self.model, rope=self.rope, task=self.train.task,
                                  vocab_size=vocab_size, num_classes=num_classes)
 
@@ -225,9 +195,8 @@ class RunConfig:
 
 
 def derived(config_cls: type = RunConfig) -> dict[str, tuple[str, ...]]:
-  """What the roles decide: the fields a resumed run must keep; those that runs an ablation
-  compares must share (a finished cell that differs is stale); those a fine-tune's source must
-  match (train.init_from); those an evaluation may override."""
+  """What the roles decide: the fields a resumed run must keep, that runs an ablation compares
+  must share, that a fine-tune's source must match, that an evaluation may override."""
   return {'fixed_on_resume': settings.paths(config_cls, lambda m: not m['resume']),
           'results': settings.paths(config_cls, lambda m: m['role'] is not T),
           'parameters': settings.paths(config_cls, lambda m: m['role'] is P),
@@ -243,16 +212,14 @@ def defaults() -> ml_collections.ConfigDict:
 
 
 def run_config(config: RunConfig | Mapping[str, Any], *, strict: bool = True) -> RunConfig:
-  """The checked ``RunConfig`` of a ConfigDict or a saved config.json's dict (``settings.build``;
-  other groups, such as ``ablation``, are the caller's). A ``RunConfig`` is returned as is."""
+  """The checked ``RunConfig`` of a ConfigDict or a saved config.json's dict."""
   if isinstance(config, RunConfig):
     import_projects(config.train.projects)  # e.g. in an ablation's worker process
     return config
   if not isinstance(config, (ml_collections.ConfigDict, dict)):
     raise ValueError(f'The config is a {type(config).__name__}, not an ml_collections.ConfigDict: '
                      'get_config() must return a ConfigDict (see configs/default.py).')
-  missing = [g for g in settings.groups(RunConfig) if g not in config]
-  if missing:
+  if missing := [g for g in settings.groups(RunConfig) if g not in config]:
     raise ValueError(f'The config has no {", ".join(missing)} group(s): start from '
                      'configs/default.get_config() and change what differs.')
   import_projects(settings.build_group(TrainConfig, config['train'], 'train',
@@ -261,8 +228,7 @@ def run_config(config: RunConfig | Mapping[str, Any], *, strict: bool = True) ->
 
 
 def import_projects(names: tuple[str, ...]) -> None:
-  """Imports projects/<name>/ for each name: a project registers its datasets, task kinds and
-  report sections when imported (big_vision's ``pp_modules``), so the core names none."""
+  """Imports projects/<name>/ for each name (it registers its datasets, kinds and sections)."""
   for name in names:
     try:
       importlib.import_module(f'projects.{name}')

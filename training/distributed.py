@@ -1,9 +1,5 @@
-"""Multi-host start-up: ``jax.distributed.initialize`` from flags or the environment.
-
-Entry points call ``define_flags()`` at import and ``initialize_from_flags()`` first in ``main``
-(before any JAX computation). ``--heartbeat_timeout_s`` bounds how long the surviving processes
-wait for a lost one before failing with an error instead of hanging.
-"""
+"""Multi-host start-up: ``jax.distributed.initialize`` from flags or the environment (entry
+points call ``define_flags()`` at import, ``initialize_from_flags()`` first in ``main``)."""
 
 from __future__ import annotations
 
@@ -31,9 +27,8 @@ def define_flags() -> None:
 
 
 def _cluster_detected() -> bool:
-  """Whether a launcher ``jax.distributed.initialize()`` configures itself from started this
-  process: SLURM or Open MPI with several tasks, a multi-host TPU slice, or a Cloud TPU VM (its
-  devices; JAX asks the VM's metadata for the rest)."""
+  """Whether a launcher that ``jax.distributed.initialize()`` detects started this process: SLURM
+  or Open MPI with several tasks, a multi-host TPU slice, or a Cloud TPU VM."""
   env = os.environ
   if all(k in env for k in ('SLURM_JOB_ID', 'SLURM_STEP_NODELIST', 'SLURM_NTASKS',
                             'SLURM_PROCID', 'SLURM_LOCALID')):

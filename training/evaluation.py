@@ -27,7 +27,7 @@ EVAL_FILE = 'eval.json'
 
 
 def parse_lengths(text: str) -> list[int]:
-  """'512,1024' -> [512, 1024], with a clear error for anything else."""
+  """'512,1024' -> [512, 1024]."""
   if not text:
     return []
   lengths = lists.parse(text, '--eval_lengths', int, example='128,256')
@@ -37,11 +37,9 @@ def parse_lengths(text: str) -> list[int]:
   return lengths
 
 
-
 def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
-  """['rope.scaling=yarn', ...] -> {'rope.scaling': 'yarn', ...}, each value typed as its field;
-  refuses other fields, naming them, because they would change the parameters, how they are
-  read, or what was trained."""
+  """['rope.scaling=yarn', ...] -> {'rope.scaling': 'yarn', ...}, typed; only the fields an
+  evaluation may change (not the parameters, how they are read, or what was trained)."""
   overrides = {}
   for item in items:
     key, sep, value = item.partition('=')
@@ -65,7 +63,6 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
 
 
 def _typed(key: str, text: str) -> Any:
-  """The override's text as the type its field declares."""
   group, _, field = key.partition('.')
   group_cls = settings.groups(RunConfig)[group]
   meta = next(f.metadata for f in settings.declared(group_cls) if f.name == field)
@@ -87,22 +84,18 @@ def _typed(key: str, text: str) -> Any:
 
 def apply_overrides(config: RunConfig, overrides: dict[str, Any]
                     ) -> tuple[RunConfig, dict[str, Any]]:
-  """A workdir's config with the (already parsed and typed) overrides, checked as training
-  checks a config. A scaling that reads rope.original_max_length, switched on here for
-  a model trained without one, gets the run's training length unless it is given. Returns it
-  and the overrides as applied (typed, that default included)."""
-  scaling_on = (overrides.get('rope.scaling', config.rope.scaling) in rope.SCALINGS_WITH_LENGTH
-                and config.rope.scaling not in rope.SCALINGS_WITH_LENGTH)
+  """The config with the typed overrides, checked, and the overrides as applied: a scaling that
+  reads rope.original_max_length, switched on here, gets the training length unless given."""
   typed = dict(overrides)
-  if scaling_on and 'rope.original_max_length' not in typed:
-    typed['rope.original_max_length'] = config.data.max_length
+  if (typed.get('rope.scaling', config.rope.scaling) in rope.SCALINGS_WITH_LENGTH
+      and config.rope.scaling not in rope.SCALINGS_WITH_LENGTH):
+    typed.setdefault('rope.original_max_length', config.data.max_length)
   config = settings.replace(config, typed)
   config.check_model()
   return config, typed
 
 
 def parse_checkpoint(text: str) -> str | int:
-  """--checkpoint: 'best', 'latest' or a step number."""
   text = str(text).strip()
   if text in ('best', 'latest'):
     return text
@@ -113,16 +106,12 @@ def parse_checkpoint(text: str) -> str | int:
 
 
 def evaluate_workdir(workdir: str, *, checkpoint: str = 'best', split: str = 'test',
-                     eval_lengths: Sequence[int] = (),
-                     overrides: dict[str, Any] | None = None,
+                     eval_lengths: Sequence[int] = (), overrides: dict[str, Any] | None = None,
                      members: Sequence[int] | None = None) -> dict[str, Any]:
-  """Evaluates a checkpoint ('best' by validation accuracy, 'latest' or a step) of ``workdir``:
-  ``split`` at the training length, then each of ``eval_lengths`` on the dataset's split for
-  that length, with the config's ``overrides`` (``parse_overrides``: RoPE scaling for length
-  extension, and others that leave the parameters alone), of ``members`` (default: a sweep's
-  rate chosen on validation, without the overrides). Returns per-seed accuracies; nothing
-  in the workdir changes (a corrupt checkpoint is skipped, not moved), so a running workdir can
-  be evaluated."""
+  """Evaluates a checkpoint ('best', 'latest' or a step) of ``workdir``: ``split`` at the training
+  length, then the splits of ``eval_lengths``, with ``overrides``, of ``members`` (default: a
+  sweep's rate chosen on validation, without the overrides). The workdir is not changed (a
+  corrupt checkpoint is skipped, not moved), so a running one can be evaluated."""
   workdir = validation.check_workdir(workdir)
   which = parse_checkpoint(checkpoint)
   config = validation.load_config(workdir)
@@ -133,7 +122,6 @@ def evaluate_workdir(workdir: str, *, checkpoint: str = 'best', split: str = 'te
   _check_lengths(config, eval_lengths)
   ckpt = checkpoints.Checkpointer(workdir, config.train.keep_checkpoints, read_only=True)
   _check_checkpoint(ckpt, which, workdir, config)
-  # other hardware than in training
   config = dataclasses.replace(config, mesh=partitioning.fit_to_devices(config.mesh))
   exp = Experiment(config, workdir)
   splits = _splits(exp, split, eval_lengths)
@@ -142,7 +130,7 @@ def evaluate_workdir(workdir: str, *, checkpoint: str = 'best', split: str = 'te
     step, state = which, ckpt.restore(which, abstract)
   else:
     step, state = ckpt.restore_first_intact(ckpt.ranked_steps(which), abstract)
-  if members is None:  # a sweep's rate: on validation, as in training
+  if members is None:
     chosen, params = exp.chosen_members(state.params)
   else:
     chosen = list(members)
@@ -155,7 +143,7 @@ def evaluate_workdir(workdir: str, *, checkpoint: str = 'best', split: str = 'te
 
 
 def write_results(results: dict[str, Any], path: str | None) -> str:
-  """Writes ``results`` to ``path`` (default: the workdir's eval.json); returns the path."""
+  """Writes ``results`` to ``path`` (default: the workdir's eval.json); returns it."""
   path = storage.canonical(path or os.path.join(results['workdir'], EVAL_FILE))
   try:
     storage.makedirs(os.path.dirname(path))
@@ -213,8 +201,7 @@ def _splits(exp: Experiment, split: str, eval_lengths: Sequence[int]) -> list[tu
 
 
 def format_table(results: dict[str, Any]) -> str:
-  """A plain-text table: split, length, perplexity (language models), Pearson's r or accuracy
-  (mean +- std over seeds) or why not."""
+  """A plain-text table: split, length, the metric (mean +- std over seeds) or why not."""
   metric = next((m for r in results['eval'].values() for m in ('perplexity', 'pearson',
                                                                'accuracy') if m in r), 'accuracy')
   rows = [f'{results["position"]}/{results["attention"]} (step {results["step"]}, '

@@ -1,5 +1,5 @@
-"""``Experiment``: everything a run derives from its (validated) config, once: the dataset, the
-model, the optimizer, the mesh, the jitted steps and their shardings."""
+"""``Experiment``: what a run derives from its config, once: the dataset, the model, the
+optimizer, the mesh, the jitted steps and their shardings."""
 
 from __future__ import annotations
 
@@ -38,8 +38,7 @@ def _gib(num_bytes: float) -> str:
 
 
 class Experiment:
-  """A run's data, model, steps and shardings by its ``placement`` (from
-  ``validation.validate``; by default the config's mesh over all devices)."""
+  """A run's data, model, steps and shardings by its ``placement``."""
 
   def __init__(self, config: RunConfig | ml_collections.ConfigDict, workdir: str,
                placement: partitioning.Placement | None = None):
@@ -77,16 +76,12 @@ class Experiment:
     self.state_sharding = partitioning.state_shardings(
         self.abstract_state, abstract_params, self.tx, mesh, rules)
     self.batch_sharding = partitioning.batch_sharding(mesh)
-    self.member_mode = self._member_mode(config.train.members, mesh)
+    self.member_mode = config.train.members
+    if self.member_mode == 'auto':
+      self.member_mode = 'loop' if mesh.devices.flat[0].platform == 'cpu' else 'vmap'
     self.train_step, self.eval_step = steps_lib.jit_steps(
         self.static, self.state_sharding, self.batch_sharding, partitioning.replicated(mesh),
         rules, loop=self.member_mode == 'loop')
-
-  @staticmethod
-  def _member_mode(mode: str, mesh: jax.sharding.Mesh) -> str:
-    if mode != 'auto':
-      return mode
-    return 'loop' if mesh.devices.flat[0].platform == 'cpu' else 'vmap'
 
   @property
   def members(self) -> list[dict[str, float]]:
@@ -97,10 +92,9 @@ class Experiment:
             for seed, rate in zip(self.seeds, self.learning_rates)]
 
   def chosen_members(self, params, validation: dict | None = None) -> tuple[list[int], Any]:
-    """The members trained at the peak learning rate with the best mean validation score
-    (accuracy; Pearson's r for regression) over seeds (ties: the lower mean validation loss, then the smaller rate), and their
-    parameters: selection on validation only (``validation``: its results, evaluated here when
-    needed). Every member when the run trains one rate."""
+    """The members (and their parameters) of the peak learning rate with the best mean validation
+    score over seeds (ties: the lower mean loss, then the smaller rate); ``validation``: its
+    results, evaluated here when None."""
     if len(set(self.learning_rates)) == 1:
       return list(range(len(self.seeds))), params
     if validation is None:
@@ -112,12 +106,11 @@ class Experiment:
     return chosen, jax.tree.map(lambda x: x[np.asarray(chosen)], params)
 
   @property
-  def num_params(self) -> int:
-    """Parameters of one member's model."""
+  def num_params(self) -> int:  # of one member's model
     return models.count_params(self.abstract_state.params) // len(self.seeds)
 
   def _member_inputs(self) -> tuple[jax.Array, jax.Array]:
-    """Each member's PRNG key (from its seed: the same start at every rate) and peak rate."""
+    """Each member's PRNG key (from its seed: the same at every rate) and peak rate."""
     return (jnp.stack([jax.random.PRNGKey(s) for s in self.seeds]),
             jnp.asarray(self.learning_rates, jnp.float32))
 
@@ -132,22 +125,19 @@ class Experiment:
     return jax.vmap(init_one)(keys_Nx2, rates_N)
 
   def init_state(self) -> steps_lib.TrainState:
-    """Parameters and optimizer state born with their shardings (never whole on one device)."""
+    """The state born with its shardings (never whole on one device)."""
     return jax.jit(self._init, out_shardings=self.state_sharding)(*self._member_inputs())
 
   def abstract_with_shardings(self) -> Any:
     return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
                         self.abstract_state, self.state_sharding)
 
-  def _shard(self, global_batch_size: int) -> dict[str, int]:
-    """The rows of each global batch this process loads."""
+  def _shard(self, global_batch_size: int) -> dict[str, int]:  # the rows this process loads
     index, count = partitioning.process_rows(self.mesh, global_batch_size)
     return {'process_index': index, 'process_count': count}
 
   def step_memory(self) -> int:
-    """Bytes XLA allocates for one train step of this run (parameters, optimizer state, batch,
-    temporaries and outputs, less what is donated), from the compiled step: XLA's static
-    analysis, the same on every machine of a platform."""
+    """Bytes XLA allocates for one train step (less what is donated), by static analysis."""
     local = next(self.train_batches(0))
     rows = self.batch_size
     batch = jax.tree.map(lambda v: jax.ShapeDtypeStruct((rows,) + v.shape[1:], v.dtype,
@@ -157,13 +147,11 @@ class Experiment:
                - m.alias_size_in_bytes)
 
   def global_batch(self, local: batches.Batch) -> batches.Batch:
-    """Assembles the global batch from this process's rows (multi-host)."""
     return jax.tree.map(
         lambda v: jax.make_array_from_process_local_data(self.batch_sharding, v), local)
 
   def train_batches(self, start_step: int) -> Iterator[batches.Batch]:
-    """This process's rows of the training batches from ``start_step`` on; with
-    ``data.random_positions``, each row's positions drawn from (seed, step, its global row)."""
+    """This process's rows of the training batches from ``start_step`` on."""
     shard = self._shard(self.batch_size)
     local = self.dataset.train_batches(seed=self.config.data.seed,
                                        global_batch_size=self.batch_size, start_step=start_step,
@@ -177,13 +165,12 @@ class Experiment:
 
   def eval_batches(self, split: str, max_length: int | None = None,
                    batch_size: int | None = None) -> Iterator[batches.Batch]:
-    """This process's part of ``split`` at ``max_length`` (default: the split's), in global
-    batches of ``batch_size`` examples (where the grouping matters: a Chomsky task's accuracy is
-    a mean over batches) or as few and as small as fit the memory; with
-    ``data.random_positions``, each example's positions drawn from (seed, split, length, its
-    number in the split: each process evaluates a contiguous part, ``sources.shard_bounds``)."""
+    """This process's part of ``split`` at ``max_length`` (default: the split's), in global batches
+    of ``batch_size`` (where the grouping matters: a Chomsky task's accuracy is a mean over
+    batches) or as few and as small as fit the memory (random positions drawn from (seed, split,
+    length, the example's number in the split))."""
     length = max_length or self.info.eval_splits.get(split, self.info.train_length)
-    num, unit = self.dataset.num_examples(split, max_length), self._eval_unit()
+    num, unit, size = self.dataset.num_examples(split, max_length), self._eval_unit(), batch_size
     if batch_size is None:
       size = self.eval_batch_size(length)
       # As few batches as at this size, as small as they can be: no batch of mostly padding.
@@ -192,11 +179,8 @@ class Experiment:
       raise ValueError(f'An evaluation batch of {batch_size} examples cannot be shared by {unit} '
                        f'devices and processes: use a multiple of {unit} '
                        '(data.chomsky_eval_batch_size).')
-    else:
-      size = batch_size
     shard = self._shard(size)
-    local = self.dataset.eval_batches(split, global_batch_size=size, max_length=max_length,
-                                      **shard)
+    local = self.dataset.eval_batches(split, global_batch_size=size, max_length=max_length, **shard)
     if self.random_positions is None:
       return local
     first = sources.shard_bounds(num, shard['process_index'], shard['process_count'])[0]
@@ -206,7 +190,7 @@ class Experiment:
             for i, batch in enumerate(local))
 
   def final_splits(self) -> list[tuple[str, int]]:
-    """The (split, length) pairs evaluated at the end of training: all but validation, to
+    """The (split, length) pairs evaluated at the end: all but validation, to
     ``train.eval_max_length``, at ``train.test_lengths`` if given (and the training length)."""
     if self.kind.final_splits:  # e.g. a task kind that scores its own test lengths
       return self.kind.final_splits(self)
@@ -219,8 +203,7 @@ class Experiment:
             and (k == 'test' or not t.test_lengths or v in t.test_lengths)]
 
   def _check_random_positions(self) -> None:
-    """``data.random_positions`` = N draws positions from 0 .. N - 1 without repetition: refuse
-    a dataset length this run trains or evaluates at that is longer."""
+    """Refuses a length this run trains or evaluates at beyond ``data.random_positions``."""
     n, lengths = self.config.data.random_positions, [self.info.train_length]
     if not n:
       return
@@ -233,14 +216,12 @@ class Experiment:
                        f'(splits {self.info.eval_splits}). Set data.random_positions >= '
                        f'{max(lengths)} (the paper uses 2048) or lower train.eval_max_length.')
 
-  def _eval_unit(self) -> int:
-    """Evaluation batch sizes are multiples of this: every device and process gets rows."""
+  def _eval_unit(self) -> int:  # every device and process gets rows of an evaluation batch
     return math.lcm(partitioning.data_parallel_size(self.mesh), jax.process_count())
 
   def eval_batch_size(self, length: int) -> int:
     """``train.eval_batch_size``, halved while a batch's activations at ``length`` tokens would
-    take more than half a device's memory (long evaluation lengths run in smaller batches);
-    ValueError if one example per device does not fit."""
+    take more than half a device's memory; ValueError if one example per device does not fit."""
     cfg, devices = self.model_config, partitioning.data_parallel_size(self.mesh)
     unit = self._eval_unit()
     per_token = 16 * cfg.hidden_size + cfg.mlp_dim  # hidden states and feed-forward, float32
@@ -263,8 +244,7 @@ class Experiment:
     return size
 
   def evaluate(self, params, local_batches: Iterable[batches.Batch]) -> dict[str, np.ndarray]:
-    """Per-seed metrics over every example of ``batches`` (sums reduced on host), as the task
-    kind computes them (``tasks.TaskKind.metrics``); ``score`` ranks checkpoints."""
+    """Per-seed metrics over every example (sums reduced on host); ``score`` ranks checkpoints."""
     totals, examples = None, []
     for local in local_batches:
       sums = jax.device_get(self.eval_step(params, self.global_batch(local)))
@@ -277,8 +257,7 @@ class Experiment:
 
   def evaluate_lengths(self, params, splits: Iterable[tuple[str, int]]
                        ) -> dict[str, dict[str, Any]]:
-    """Evaluates (split, length) pairs, keyed ``split`` (or ``split@length`` off the split's
-    natural length); a scheme that cannot run at a length says so."""
+    """Results keyed ``split`` (``split@length`` off its length); a scheme may be not applicable."""
     results = {}
     for split, length in splits:
       key = split if self.info.eval_splits.get(split) == length else f'{split}@{length}'

@@ -1,14 +1,9 @@
 """``train.init_from``: a new run starts from pre-trained weights (fine-tuning).
 
-The source is a ``train.py`` workdir (its final checkpoint; of a learning-rate sweep, the
-members of the rate it chose), a Hugging Face RoFormer checkpoint directory or a
-``scripts/convert_hf.py`` output. Fields that define the parameters (position scheme, sizes,
-tokenizer, with SentencePiece the dataset, the `learned` table's length) must match the source's:
-train.py takes them from a source workdir unless the command line sets them (training/carry.py),
-and a difference is an error naming the field. Others (``rope.*``, lengths, dropout, the optimizer) may change: that is the
-point of fine-tuning. Every parameter but the head is copied (the head too with
-``train.init_head``); the optimizer starts fresh. A run that resumes from its own checkpoint
-never reads ``init_from`` again.
+The source is a ``train.py`` workdir (its newest checkpoint; of a sweep, the members of the rate
+it chose), a Hugging Face RoFormer checkpoint or a ``scripts/convert_hf.py`` output. The fields
+that shape the parameters must match the source's (training/carry.py); every parameter but the
+head (with ``train.init_head`` it too) is copied, the optimizer starts fresh.
 """
 
 from __future__ import annotations
@@ -44,8 +39,7 @@ class InitFromError(ValueError):
 
 
 def _field(config: RunConfig, dotted: str) -> Any:
-  """A field as the run uses it: sizes left at None are the preset's; the SentencePiece fields
-  only count with that tokenizer."""
+  """A field as the run uses it (a preset's sizes; the data fields only with SentencePiece)."""
   group, _, name = dotted.partition('.')
   if group == 'data' and name != 'tokenizer' and config.data.tokenizer != 'sentencepiece':
     return None
@@ -54,12 +48,12 @@ def _field(config: RunConfig, dotted: str) -> Any:
 
 
 def needed(config: RunConfig, workdir: str) -> bool:
-  """Whether a run starts from ``train.init_from``: set, and no checkpoint of its own yet."""
+  """Whether a run starts from ``train.init_from``: set, and no checkpoint of its own."""
   return bool(config.train.init_from) and not validation.has_checkpoints(workdir)
 
 
 def _kind(source: str) -> str:
-  """'workdir', 'huggingface' or 'converted'; InitFromError if ``source`` is none of them."""
+  """'workdir', 'huggingface' or 'converted'; InitFromError if none."""
   if converted.is_converted(source):
     return 'converted'
   try:
@@ -73,7 +67,7 @@ def _kind(source: str) -> str:
 
 
 class Source(NamedTuple):
-  """Where a run's first parameters come from, decided once by ``check_source``."""
+  """Where a run's first parameters come from (``check_source``)."""
 
   path: str  # canonical
   kind: str  # 'workdir', 'huggingface' or 'converted'
@@ -102,8 +96,7 @@ def check_source(config: RunConfig) -> Source:
   else:
     given = converted.checkpoint_fields(source, config.rope.layout)
     theirs = {f: given[f] for f in _CHECKPOINT_FIELDS if f in given}
-  differing = {f: v for f, v in theirs.items() if v != _field(config, f)}
-  if differing:
+  if differing := {f: v for f, v in theirs.items() if v != _field(config, f)}:
     raise InitFromError(
         f'train.init_from={source!r} holds parameters for another model: '
         + '; '.join(f'{f} ({v!r} there, {_field(config, f)!r} here)' for f, v in differing.items())
@@ -113,7 +106,6 @@ def check_source(config: RunConfig) -> Source:
 
 
 def _flag(value: Any) -> Any:
-  """A value as ``--config`` takes it: a list as comma-separated text."""
   return ','.join(map(str, value)) if isinstance(value, (tuple, list)) else value
 
 
@@ -138,7 +130,7 @@ def _mapped(target: np.ndarray, saved: np.ndarray, members: list[int], path: str
 
 
 def _newest_intact(source: str) -> tuple[int, Any]:
-  """(step, parameters) of the source's newest checkpoint that reads; InitFromError if none."""
+  """(step, parameters) of the source's newest intact checkpoint; InitFromError if none."""
   try:
     ckpt = checkpoints.Checkpointer(source, 1, read_only=True)
   except checkpoints.CheckpointError as e:
@@ -162,11 +154,9 @@ def _newest_intact(source: str) -> tuple[int, Any]:
 
 
 def member_map(source_members: list[int], source_seeds: list, seeds: list[int]) -> list[int]:
-  """The source member each of ``seeds`` starts from: the one of its seed, else the source's
-  members in turn. InitFromError where that would start two members from one source member while
-  the source has several (seeds the paired statistics take as independent would start alike);
-  from a single source member every seed starts alike, as from any one checkpoint. A seed
-  repeated in a learning-rate sweep starts from the same member at every rate."""
+  """The source member each of ``seeds`` starts from: the one of its seed, else the others in
+  turn (one source member: all of it). InitFromError where two distinct seeds would start alike
+  from a source of several members (the paired statistics take seeds as independent)."""
   distinct = list(dict.fromkeys(seeds))
   if len(source_members) > 1 and len(distinct) > len(source_members):
     raise InitFromError(
@@ -190,7 +180,7 @@ def _from_workdir(source: str, exp: Any) -> tuple[Any, list[int], str]:
 
 
 def _from_checkpoint(source: str, kind: str, exp: Any) -> tuple[Any, list[int], str]:
-  """As ``_from_workdir``, for a Hugging Face checkpoint or a conversion (one member)."""
+  """As ``_from_workdir``, for a Hugging Face checkpoint or a conversion."""
   result = converted.load_checkpoint(source, exp.model_config)
   if result.cfg.vocab_size != exp.model_config.vocab_size:
     raise InitFromError(f'train.init_from={source!r} has a vocabulary of {result.cfg.vocab_size} '
@@ -202,7 +192,7 @@ def _from_checkpoint(source: str, kind: str, exp: Any) -> tuple[Any, list[int], 
 
 
 def initial_state(state: Any, exp: Any, checked: Source) -> Any:
-  """``state`` (freshly initialised) with its parameters replaced by the ``checked`` source's."""
+  """``state`` with its parameters replaced by the ``checked`` source's."""
   source, kind = checked.path, checked.kind
   saved, members, described = (_from_workdir(source, exp) if kind == 'workdir'
                                else _from_checkpoint(source, kind, exp))
@@ -222,13 +212,16 @@ def initial_state(state: Any, exp: Any, checked: Source) -> Any:
   console(f'Initialised {len(copied)} of {len(ours)} parameter arrays from {source} '
           f'({described}); newly initialised: {", ".join(fresh) or "none"}{head}; unused from '
           f'the source: {", ".join(unused) or "none"}.')
-  params = _unflat(state.params, {k: copied.get(k) for k in ours})
-  return state.replace(params=params)
+
+  def put(path, leaf):  # a copied array on the leaf's sharding
+    new = copied.get(_key(path))
+    return leaf if new is None else jax.make_array_from_callback(leaf.shape, leaf.sharding,
+                                                                 lambda index: new[index])
+  return state.replace(params=jax.tree_util.tree_map_with_path(put, state.params))
 
 
 def copy_tokenizer(config: RunConfig, workdir: str) -> None:
-  """The source's vocabulary, unless the run has one: a workdir's SentencePiece model or Hugging
-  Face tokenizer, or (data.tokenizer=huggingface without data.tokenizer_path) a checkpoint's."""
+  """The source's SentencePiece model or tokenizer.json, unless the run has one."""
   source = storage.canonical(config.train.init_from)
   if config.data.tokenizer == 'sentencepiece':
     names = (tokenizers.SP_MODEL_FILE, tokenizers.SP_META_FILE)
@@ -246,16 +239,9 @@ def copy_tokenizer(config: RunConfig, workdir: str) -> None:
       hf.copy_tokenizer(source, target)
 
 
+def _key(path) -> str:
+  return jax.tree_util.keystr(path, simple=True, separator='/')
+
+
 def _flat(tree: Any) -> dict[str, Any]:
-  leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
-  return {jax.tree_util.keystr(p, simple=True, separator='/'): leaf for p, leaf in leaves}
-
-
-def _unflat(tree: Any, values: dict[str, np.ndarray | None]) -> Any:
-  """``tree`` with the leaves that ``values`` gives (None: kept), on the leaves' shardings."""
-  def put(path, leaf):
-    new = values[jax.tree_util.keystr(path, simple=True, separator='/')]
-    if new is None:
-      return leaf
-    return jax.make_array_from_callback(leaf.shape, leaf.sharding, lambda index: new[index])
-  return jax.tree_util.tree_map_with_path(put, tree)
+  return {_key(p): leaf for p, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}

@@ -1,8 +1,6 @@
-"""Metrics of a run, written by process 0 only: ``metrics.jsonl`` (one record per step and
-member, deterministic numbers only, so a killed and resumed run writes exactly the file an
-uninterrupted one does), TensorBoard scalars and hyper-parameters under ``workdir/tb/<member>``,
-optionally Weights & Biases, and progress lines on stdout (mean over members, ETA).
-"""
+"""A run's metrics, written by process 0: ``metrics.jsonl`` (one record per step and member,
+deterministic numbers only, so a resumed run writes the file an uninterrupted one does),
+TensorBoard under ``workdir/tb/<member>``, optionally Weights & Biases, and progress lines."""
 
 from __future__ import annotations
 
@@ -23,13 +21,10 @@ import storage
 
 METRICS_FILE = 'metrics.jsonl'
 RATE = 'steps_per_sec'  # what clu's ReportProgress writes
-
-
 _PREFIX = ['']  # what this process's lines start with (a grid's run trained in a worker)
 
 
 def set_console_prefix(prefix: str) -> None:
-  """Starts this process's console lines with ``prefix``."""
   _PREFIX[0] = f'{prefix} ' if prefix else ''
 
 
@@ -42,8 +37,7 @@ def console(message: str, *, warning: bool = False) -> None:
 
 def correlations(prediction_NxB: np.ndarray, target_NxB: np.ndarray,
                  weight_NxB: np.ndarray) -> dict[str, np.ndarray]:
-  """Per-member Pearson's and Spearman's correlation of predictions with targets over the
-  examples of weight > 0 (NaN where either is constant: no correlation is defined)."""
+  """Per-member Pearson's and Spearman's r over the examples of weight > 0."""
   out = {'pearson': [], 'spearman': []}
   for prediction, target, weight in zip(prediction_NxB, target_NxB, weight_NxB):
     x, y = prediction[weight > 0], target[weight > 0]
@@ -54,9 +48,8 @@ def correlations(prediction_NxB: np.ndarray, target_NxB: np.ndarray,
 
 
 def read_metrics(workdir: str) -> list[dict[str, Any]]:
-  """All records of a workdir's metrics.jsonl (empty if none). A last line cut short (killed
-  while appending) is ignored: its step is after the checkpoint the run resumes from, so it is
-  written again. A garbled line elsewhere raises ValueError naming it."""
+  """All records of a workdir's metrics.jsonl. A last line cut short (killed while appending) is
+  ignored: the resumed run writes it again; a garbled line elsewhere is a ValueError."""
   path = os.path.join(workdir, METRICS_FILE)
   if not storage.exists(path):
     return []
@@ -79,8 +72,7 @@ def read_metrics(workdir: str) -> list[dict[str, Any]]:
 
 
 class ConsoleWriter(metric_writers.LoggingWriter):
-  """Prints each write as one progress line (the mean over members) with the ETA; remembers the
-  steps/s it saw."""
+  """Prints each write as one progress line (the mean over members) with the ETA."""
 
   def __init__(self, num_steps: int):
     super().__init__()
@@ -101,8 +93,7 @@ class ConsoleWriter(metric_writers.LoggingWriter):
 
 
 class RunWriter:
-  """Per-member scalars to metrics.jsonl and TensorBoard, their means to the console; steps/s
-  from clu's ``ReportProgress``. A no-op on processes other than 0 (but the console)."""
+  """Per-member scalars to metrics.jsonl and TensorBoard, their means to the console."""
 
   def __init__(self, workdir: str, members: Sequence[Mapping[str, Any]], *, num_steps: int,
                resume_step: int, log_every: int, hparams: Mapping[str, Any] | None = None,
@@ -129,7 +120,6 @@ class RunWriter:
         writer=metric_writers.MultiWriter([self.console, *self.tb]))
 
   def write(self, step: int, per_member: Mapping[str, np.ndarray]) -> None:
-    """per_member[name][i] is member i's value: a JSONL record and TB scalars per member."""
     self.console.write_scalars(step, per_member)
     if not self.active:
       return
@@ -167,13 +157,12 @@ class RunWriter:
 
 
 def _name(member: Mapping[str, Any]) -> str:
-  """A member's folder and key prefix: 'seed_0', or 'learning_rate_0.001_seed_0' in a sweep."""
+  """'seed_0', or 'peak_learning_rate_0.001_seed_0' in a sweep."""
   return '_'.join(f'{k}_{v:g}' if k != 'seed' else f'seed_{v}' for k, v in sorted(member.items()))
 
 
 def _wandb_run(workdir: str, project: str, hparams: Mapping[str, Any], resume_step: int):
-  """A Weights & Biases run (None if no project) and its folder, ``workdir/wandb`` (with
-  ``WANDB_MODE=offline`` kept there for ``wandb sync``)."""
+  """A Weights & Biases run (None if no project) and its mirror of ``workdir``."""
   if not project:
     return None, None
   import wandb  # pylint: disable=g-import-not-at-top  (optional: only with wandb_project)
@@ -186,8 +175,7 @@ def _wandb_run(workdir: str, project: str, hparams: Mapping[str, Any], resume_st
 
 
 class Profiler:
-  """A ``jax.profiler`` trace of the steps ``train.profile_steps`` ('first:last', both included;
-  '' = off) into ``workdir/profile`` (one file per host)."""
+  """A ``jax.profiler`` trace of the steps ``train.profile_steps`` into ``workdir/profile``."""
 
   def __init__(self, spec: str, workdir: str):
     self.first, self.last = parse_step_window(spec) if spec else (0, -1)
@@ -214,7 +202,6 @@ class Profiler:
 
 
 def parse_step_window(spec: str) -> tuple[int, int]:
-  """'10:15' -> (10, 15); ValueError naming the field otherwise."""
   try:
     first, last = (int(x) for x in spec.split(':'))
   except ValueError:

@@ -1,9 +1,5 @@
-"""The optimizer: AdamW with warmup and decay, global-norm clipping, gradient accumulation.
-
-The peak learning rate is injected into the optimizer state (``optax.inject_hyperparams``), so
-the members of one vmapped run (``optim.learning_rates`` x seeds) each train at their own rate,
-and a checkpoint carries it.
-"""
+"""AdamW with warmup and decay, global-norm clipping and gradient accumulation; the peak rate is
+injected into the optimizer state, so each member of a run trains at its own."""
 
 from __future__ import annotations
 
@@ -26,9 +22,8 @@ def learning_rates(optim) -> list[float]:
 
 
 def schedule_shape(optim, num_updates: int) -> optax.Schedule:
-  """The learning rate over updates divided by its peak: linear warmup to 1, then cosine/linear
-  decay to ``optim.end_lr_factor``, constant, or 'rsqrt': sqrt(warmup / t) (the Transformer's
-  and Long Range Arena's ``linear_warmup * rsqrt_decay``)."""
+  """The learning rate over its peak: linear warmup, then cosine/linear decay to
+  ``optim.end_lr_factor``, constant, or 'rsqrt' (LRA's ``linear_warmup * rsqrt_decay``)."""
   if optim.schedule not in SCHEDULES:
     raise ValueError(f'Unknown optim.schedule {optim.schedule!r}; valid choices: '
                      f'{", ".join(SCHEDULES)}.')
@@ -47,21 +42,19 @@ def schedule_shape(optim, num_updates: int) -> optax.Schedule:
 
 
 def decay_mask(params):
-  """True for the weights that get weight decay: dense kernels, not biases/LayerNorm/embeddings."""
-  return jax.tree_util.tree_map_with_path(  # embeddings are 'embedding', position tables '*_table'
+  """True for dense kernels, the weights that get weight decay."""
+  return jax.tree_util.tree_map_with_path(
       lambda path, _: getattr(path[-1], 'key', None) == 'kernel', params)
 
 
 def position_mask(params):
-  """True for the position scheme's own parameters (under a ``positions`` module)."""
+  """True for the parameters under a ``positions`` module (the position scheme's)."""
   return jax.tree_util.tree_map_with_path(
       lambda path, _: any(getattr(k, 'key', None) == 'positions' for k in path), params)
 
 
 def learning_rate_multipliers(optim, params):
-  """Each parameter's learning-rate multiplier: 1 for the head (and a final LayerNorm); with
-  ``optim.layer_decay`` d, layer i of L at d^(L - i), below the layers at d^(L + 1);
-  ``optim.freeze_encoder``: 0 for all but the head."""
+  """Each parameter's learning-rate multiplier (``optim.layer_decay``, ``optim.freeze_encoder``)."""
   num_layers = len(params.get('layers', {}))
 
   def multiplier(path, _):
@@ -77,8 +70,7 @@ def learning_rate_multipliers(optim, params):
 
 
 def make_optimizer(optim, num_updates: int) -> tuple[optax.GradientTransformation, optax.Schedule]:
-  """AdamW (+ clipping, + ``optax.MultiSteps`` accumulation) with the peak learning rate injected,
-  and the schedule's shape over ``num_updates`` (train steps / grad_accum_steps)."""
+  """The optimizer, and the schedule's shape over ``num_updates`` (steps / grad_accum_steps)."""
   shape = schedule_shape(optim, num_updates)
 
   def adamw(learning_rate):
@@ -99,10 +91,8 @@ def make_optimizer(optim, num_updates: int) -> tuple[optax.GradientTransformatio
 
 
 def peak_learning_rate(opt_state) -> jax.Array:
-  """The peak learning rate injected in an optimizer state."""
   return optax.tree_utils.tree_get(opt_state, 'learning_rate')
 
 
 def with_peak_learning_rate(opt_state, learning_rate: jax.Array):
-  """``opt_state`` training at ``learning_rate`` instead."""
   return optax.tree_utils.tree_set(opt_state, learning_rate=learning_rate)

@@ -29,13 +29,10 @@ def _local(path: str) -> str:
 
 
 def _same(a: str, b: str) -> bool:
-  """Whether two paths name one file (local: by resolved path, or inode for hard links)."""
   if storage.is_remote(a) or storage.is_remote(b):
     return storage.canonical(a) == storage.canonical(b)
-  if _local(a) == _local(b):
-    return True
   try:
-    return os.path.samefile(storage.canonical(a), storage.canonical(b))
+    return _local(a) == _local(b) or os.path.samefile(storage.canonical(a), storage.canonical(b))
   except OSError:  # one of them does not exist yet
     return False
 
@@ -46,25 +43,17 @@ def _inside(path: str, folder: str) -> bool:
   return _local(path).startswith(_local(folder) + os.sep)
 
 
-def _protected(inputs: Iterable[str], workdir: str | None, folder: str | None,
-               own: Iterable[str]) -> list[tuple[str, str]]:
-  """(path, what it is) of every file a command must not write over."""
-  out = [(p, 'the input') for p in inputs]
-  if workdir:
-    out += [(os.path.join(workdir, name), f'a file of the run in {workdir}')
-            for name in RUN_FILES if name not in own]
-  if folder:  # listdir: [] unless a folder
-    out += [(os.path.join(folder, name), f'a file of {folder}') for name in storage.listdir(folder)
-            if storage.is_file(os.path.join(folder, name))]
-  return out
-
-
 def check(paths: Iterable[str], flag: str, *, inputs: Iterable[str] = (),
           workdir: str | None = None, folder: str | None = None, own: Iterable[str] = ()) -> None:
   """ValueError naming ``flag`` if writing any of ``paths`` would replace an input, a run's file
-  other than ``own`` (what the command writes there, e.g. eval.json) or a file of ``folder`` (a
-  checkpoint being converted), or if one is an existing folder."""
-  protected = _protected(inputs, workdir, folder, own)
+  but ``own`` (e.g. eval.json), a file of ``folder``, or if one is a folder."""
+  protected = [(p, 'the input') for p in inputs]
+  if workdir:
+    protected += [(os.path.join(workdir, name), f'a file of the run in {workdir}')
+                  for name in RUN_FILES if name not in own]
+  if folder:  # listdir: [] unless a folder
+    protected += [(p, f'a file of {folder}') for name in storage.listdir(folder)
+                  if storage.is_file(p := os.path.join(folder, name))]
   for path in paths:
     if storage.is_dir(path):
       raise ValueError(f'{flag}: {path} is a folder; name a file to write (nothing was written).')

@@ -1,11 +1,6 @@
-"""The device mesh and the one table that maps logical axis names to mesh axes.
-
-Model code names logical axes (``models/sharding.py``); only this file knows the mesh axes:
-``data`` splits the batch (parameters replicated); ``fsdp`` splits the batch *and* shards
-parameters and optimizer state over their ``embed`` dimension (gathered per layer by XLA);
-``tensor`` splits attention heads, MLP hidden units and the vocabulary. On multi-slice TPU,
-``mesh.dcn_<axis>`` sizes split an axis across slices and ``mesh.<axis>`` sizes within a slice.
-"""
+"""The device mesh and the one table from the model's logical axis names to mesh axes: ``data``
+splits the batch; ``fsdp`` the batch and the parameters and optimizer state over ``embed``;
+``tensor`` heads, MLP units and the vocabulary (``mesh.dcn_<axis>``: across TPU slices)."""
 
 from __future__ import annotations
 
@@ -26,19 +21,8 @@ from models import sharding as model_sharding
 from training.config import MeshConfig
 
 MESH_AXES = ('data', 'fsdp', 'tensor')
-Rules = tuple[tuple[str, Any], ...]  # logical axis -> mesh axes
-
-
-class Placement(NamedTuple):
-  """Where a run's arrays live, decided once from its ``mesh`` and ``train`` groups
-  (``validation.check_devices``): the mesh, the logical-axis rules and the global batch sizes."""
-
-  mesh: Mesh
-  rules: Rules
-  batch_size: int
-  eval_batch_size: int
 BATCH_AXES = ('data', 'fsdp')  # the batch is split over both data-parallel axes
-
+Rules = tuple[tuple[str, Any], ...]  # logical axis -> mesh axes
 # Logical axis -> mesh axes. Every logical name of models/sharding.py has an entry.
 LOGICAL_RULES: Rules = (
     ('batch', BATCH_AXES), ('length', None), ('embed', 'fsdp'), ('heads', 'tensor'),
@@ -46,9 +30,17 @@ LOGICAL_RULES: Rules = (
 assert {name for name, _ in LOGICAL_RULES} == set(model_sharding.LOGICAL_AXES)
 
 
+class Placement(NamedTuple):
+  """Where a run's arrays live (``validation.check_devices``), and its global batch sizes."""
+
+  mesh: Mesh
+  rules: Rules
+  batch_size: int
+  eval_batch_size: int
+
+
 def logical_rules(mesh_config: MeshConfig) -> Rules:
-  """``LOGICAL_RULES`` with the overrides of ``mesh.rules``, e.g. 'vocab=,embed=fsdp+tensor' (an
-  empty right-hand side replicates)."""
+  """``LOGICAL_RULES`` with the overrides of ``mesh.rules``, e.g. 'vocab=,embed=fsdp+tensor'."""
   rules, given = dict(LOGICAL_RULES), set()
   for item in mesh_config.rules:
     name, sep, axes = item.partition('=')
@@ -72,8 +64,7 @@ def _sizes(mesh_config: MeshConfig, prefix: str) -> list[int]:
 
 
 def mesh_shape(mesh_config: MeshConfig, num_devices: int) -> tuple[int, ...]:
-  """The within-slice (data, fsdp, tensor) sizes over ``num_devices`` (per slice); one may be -1
-  to fill the devices."""
+  """The within-slice (data, fsdp, tensor) sizes over ``num_devices``, a -1 filled in."""
   sizes = _sizes(mesh_config, '')
   given = dict(zip(MESH_AXES, sizes))
   if sizes.count(-1) > 1 or any(s == 0 or s < -1 for s in sizes):
@@ -101,8 +92,7 @@ def make_mesh(mesh_config: MeshConfig, devices: Sequence[jax.Device] | None = No
                      f'product must divide the {len(devices)} devices (one factor per slice).')
   ici = mesh_shape(mesh_config, len(devices) // math.prod(dcn))
   if math.prod(dcn) > 1:
-    # TPU slices are the granules across which the DCN factors apply; elsewhere (GPU hosts,
-    # CPU processes) the processes are.
+    # The DCN factors apply across TPU slices; elsewhere across processes.
     slices = {getattr(d, 'slice_index', 0) for d in devices}
     array = mesh_utils.create_hybrid_device_mesh(ici, dcn, devices,
                                                  process_is_granule=len(slices) == 1)
@@ -110,15 +100,13 @@ def make_mesh(mesh_config: MeshConfig, devices: Sequence[jax.Device] | None = No
     try:
       array = mesh_utils.create_device_mesh(ici, devices, allow_split_physical_axes=True)
     except (ValueError, NotImplementedError, AssertionError):
-      # Devices without a known physical topology (e.g. a subset of TPU chips, or a device kind
-      # mesh_utils does not model): plain order, which is what it returns for CPU/GPU anyway.
+      # No known physical topology (e.g. a subset of TPU chips): plain order, as on CPU/GPU.
       array = np.asarray(devices).reshape(ici)
   return Mesh(array, MESH_AXES)
 
 
 def fit_to_devices(mesh_config: MeshConfig, num_devices: int | None = None) -> MeshConfig:
-  """``mesh_config`` if it fits the devices, else pure data parallelism over all of them: for
-  evaluating a checkpoint on other hardware (orbax restores onto any mesh)."""
+  """``mesh_config`` if it fits the devices, else pure data parallelism."""
   num_devices = jax.device_count() if num_devices is None else num_devices
   slices = math.prod(_sizes(mesh_config, 'dcn_'))
   with contextlib.suppress(ValueError):  # mesh_shape raises if the mesh does not fit
@@ -136,7 +124,6 @@ def data_parallel_size(mesh: Mesh) -> int:
 
 
 def batch_sharding(mesh: Mesh) -> NamedSharding:
-  """Leading (batch) dimension split over the data-parallel axes."""
   return NamedSharding(mesh, P(BATCH_AXES))
 
 
@@ -145,9 +132,8 @@ def replicated(mesh: Mesh) -> NamedSharding:
 
 
 def process_rows(mesh: Mesh, global_batch_size: int) -> tuple[int, int]:
-  """(shard index i, shard count n): this process feeds rows ``[i * B / n, (i + 1) * B / n)``,
-  from the devices it holds, so processes whose devices hold the same rows (e.g. a tensor axis
-  spanning hosts) load the same examples, as ``jax.make_array_from_process_local_data`` expects."""
+  """(shard index i, shard count n): this process feeds rows ``[i * B / n, (i + 1) * B / n)``
+  of its devices, so processes whose devices hold the same rows load the same examples."""
   index_map = batch_sharding(mesh).addressable_devices_indices_map((global_batch_size,))
   bounds = [idx[0].indices(global_batch_size)[:2] for idx in index_map.values()]
   start, stop = min(b[0] for b in bounds), max(b[1] for b in bounds)
@@ -161,8 +147,8 @@ def process_rows(mesh: Mesh, global_batch_size: int) -> tuple[int, int]:
 
 def param_specs(abstract_params: nnx.State, mesh: Mesh,
                 rules: Sequence[tuple[str, Any]]) -> dict[str, Any]:
-  """PartitionSpecs of the parameters (a pure nested dict) from their logical names; a mesh axis
-  is used once per parameter, and a dimension its mesh axes do not divide is replicated."""
+  """PartitionSpecs of the parameters from their logical names; a mesh axis is used once per
+  parameter, and a dimension its mesh axes do not divide is replicated."""
   with nnx.logical_axis_rules(rules):
     specs = nnx.to_pure_dict(nnx.get_partition_spec(abstract_params))
   shapes = nnx.to_pure_dict(abstract_params)
@@ -182,8 +168,7 @@ def param_specs(abstract_params: nnx.State, mesh: Mesh,
 
 def state_shardings(abstract_state: Any, abstract_params: nnx.State, tx: Any, mesh: Mesh,
                     rules: Sequence[tuple[str, Any]]) -> Any:
-  """NamedShardings of a ``TrainState`` whose arrays have a leading (replicated) seed axis;
-  optimizer moments follow their parameters, counters, keys and anything else are replicated."""
+  """NamedShardings of a ``TrainState``: optimizer moments follow their parameters."""
   is_spec = lambda x: isinstance(x, P)
   specs = jax.tree.map(lambda s: P(None, *s), param_specs(abstract_params, mesh, rules),
                        is_leaf=is_spec)

@@ -1,9 +1,5 @@
-"""The pure train and eval steps, mapped over a leading member axis N.
-
-The N members of one run, a (learning rate, seed) pair each, train in one jitted step (their own
-init, dropout keys and rate; shared batches), vmapped together or one after another in a loop
-(``over_members``); N = 1 is an ordinary run.
-"""
+"""The pure train and eval steps, mapped over a leading member axis N: the members of a run, a
+(learning rate, seed) pair each, train in one jitted step on shared batches (``over_members``)."""
 
 from __future__ import annotations
 
@@ -25,29 +21,19 @@ Params = Any
 
 
 class TrainState(flax.struct.PyTreeNode):
-  """Training state of N members (leading axis N on every field).
+  """Training state of N members (leading axis N on every field)."""
 
-  Attributes:
-    step: int32 [N], train steps taken (identical across seeds).
-    params: the model parameters, a pure nested dict of [N, ...] arrays.
-    key: uint32 [N, 2], each seed's base PRNG key; step t's dropout key is fold_in(key, t).
-    skipped: int32 [N], updates skipped because the loss, the gradients or the updated
-      parameters were not finite.
-  """
-
-  step: jax.Array
-  params: Params
+  step: jax.Array  # int32 [N], train steps taken
+  params: Params  # a pure nested dict of [N, ...] arrays
   opt_state: optax.OptState
-  key: jax.Array
-  skipped: jax.Array
+  key: jax.Array  # uint32 [N, 2], each seed's PRNG key; step t's dropout key is fold_in(key, t)
+  skipped: jax.Array  # int32 [N], updates skipped as not finite
 
 
 @dataclasses.dataclass(frozen=True)
 class Static:
-  """What a run's steps close over: the model's graph for training and for evaluation (no
-  dropout), the optimizer and its schedule's shape, the task kind (``training/tasks.py``), and
-  ``regression`` (the eval step then also returns each example's prediction, target and weight,
-  for the correlations computed on the host)."""
+  """What a run's steps close over; with ``regression`` the eval step also returns each example's
+  prediction, target and weight (for the correlations computed on the host)."""
 
   train_graphdef: nnx.GraphDef
   eval_graphdef: nnx.GraphDef
@@ -59,15 +45,13 @@ class Static:
   regression: bool = False
 
 
-def train_step(state: TrainState, batch: batches.Batch, static: Static
-               ) -> tuple[TrainState, dict]:
+def train_step(state: TrainState, batch: batches.Batch, static: Static) -> tuple[TrainState, dict]:
   """One member's update on one batch: loss, gradients, AdamW, the NaN/Inf guard."""
   dropout_key = jax.random.fold_in(state.key, state.step)
 
   def loss_fn(params):
     model = nnx.merge(static.train_graphdef, params)
-    logits, label, weight, scored = static.kind.forward(model, batch,
-                                                        nnx.Rngs(dropout=dropout_key))
+    logits, label, weight, scored = static.kind.forward(model, batch, nnx.Rngs(dropout=dropout_key))
     with jax.named_scope('loss'):
       return static.kind.loss(logits, label, weight, static.regression, scored)
 
@@ -77,8 +61,7 @@ def train_step(state: TrainState, batch: batches.Batch, static: Static
     updates, opt_state = static.tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
   # The updated parameters too: a finite gradient times a huge learning rate overflows.
-  finite = (jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-            & jnp.isfinite(optax.global_norm(params)))
+  finite = (jnp.isfinite(loss) & jnp.isfinite(grad_norm) & jnp.isfinite(optax.global_norm(params)))
   skipped = state.skipped
   if static.skip_nonfinite:
     keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)
@@ -102,21 +85,17 @@ def eval_step(params: Params, batch: batches.Batch, static: Static) -> dict:
 
 
 def over_members(step: Callable, batch_size: int | None) -> Callable:
-  """``step(member, batch)`` for every member of a stacked ``members`` (batch shared), as
-  ``jax.lax.map`` with ``batch_size``: None runs them one after another as written for one
-  member; k runs k at a time in one vmapped computation, the groups one after another; 0 vmaps
-  them all. The loops are compiled into the same step."""
+  """``step(member, batch)`` for every stacked member, ``jax.lax.map``'s ``batch_size`` at a time
+  (None: one after another as written for one member; 0: all vmapped)."""
   return lambda members, batch: jax.lax.map(lambda member: step(member, batch), members,
                                             batch_size=batch_size)
 
 
 def jit_steps(static: Static, state_sharding, batch_sharding, replicated, rules, loop: bool):
-  """Maps the steps over the member axis (``over_members``) and jits them once, state donated;
-  they run under the mesh and the logical-axis ``rules``, so the model's activation annotations
-  (``models.sharding.constrain``) become sharding constraints. With ``loop`` the members run one
-  at a time: the train step as written for one member (faster on XLA's CPU backend than through
-  a vmap of one: benchmarks/README.md, ``seeds_bench``), evaluation through a vmap of one (there
-  the faster form); without ``loop`` every member runs at once, vmapped."""
+  """The steps over the members, jitted once (state donated), run under the mesh and ``rules`` so
+  the model's activation annotations become sharding constraints. With ``loop`` the members run
+  one at a time: training as written for one member, evaluation through a vmap of one (each the
+  faster form on XLA's CPU backend: benchmarks/README.md, ``seeds_bench``)."""
   train = jax.jit(over_members(functools.partial(train_step, static=static), None if loop else 0),
                   in_shardings=(state_sharding, batch_sharding),
                   out_shardings=(state_sharding, replicated), donate_argnums=0)

@@ -1,14 +1,6 @@
-"""Task kinds: what a run trains its model to do, one registration each, as ``models.SCHEMES``
-holds the position schemes. The core registers classify, sentence pairs, MLM and CLM; a project
-registers its own (``projects/chomsky``: query tokens).
-
-A kind declares its batch type, how the model reads a batch (``forward``: logits and what they
-are scored against), the loss and metric sums of one batch (``loss``), the metrics of an
-evaluation pass (``metrics``), what the run's summary adds (``describe`` before the results,
-``final`` after them), and a few facts (``language_model``, whether ``predict.py`` serves it).
-The run picks its kind from its config (``of``): nothing outside this registry asks which kind
-or which dataset class it has.
-"""
+"""Task kinds: what a run trains its model to do, one registration each (the core's: classify,
+sentence pairs, MLM and CLM; a project registers its own). The run picks its kind from its
+config (``of``): nothing outside this registry asks which kind or dataset class it has."""
 
 from __future__ import annotations
 
@@ -35,8 +27,7 @@ Forward = Callable[[Any, Any, nnx.Rngs | None],
 
 @dataclasses.dataclass(frozen=True)
 class TaskKind:
-  """One kind of task (see the module docstring). ``dataset_kind``: the ``data.DATASETS`` kind
-  whose datasets always train this kind (a project's generated tasks), None for the core's."""
+  """One kind of task; ``dataset_kind``: the dataset kind that always trains it."""
 
   name: str
   batch: type
@@ -68,7 +59,6 @@ KINDS: dict[str, TaskKind] = {}
 
 
 def register(kind: TaskKind) -> TaskKind:
-  """Adds a task kind (a project registers its own when imported)."""
   if KINDS.get(kind.name, kind) is not kind:
     raise ValueError(f'Task kind {kind.name!r} is registered twice.')
   KINDS[kind.name] = kind
@@ -76,8 +66,7 @@ def register(kind: TaskKind) -> TaskKind:
 
 
 def of(config) -> TaskKind:
-  """The task kind of a run config: a language model's ``train.task``; else the kind that owns
-  the dataset's kind (a project's), else classification of one text or of a pair."""
+  """``train.task``; else the kind owning the dataset's kind, else classify or pairs."""
   if config.train.task != 'classify':
     return KINDS[config.train.task]
   dataset_kind = data.DATASETS[config.data.name].kind
@@ -88,10 +77,9 @@ def of(config) -> TaskKind:
 def loss_and_metrics(logits_BxC: jax.Array, label_B: jax.Array, weight_B: jax.Array,
                      regression: bool = False, scored_B: jax.Array | None = None
                      ) -> tuple[jax.Array, dict]:
-  """Weighted mean loss (cross-entropy, or squared error of the one output with
-  ``regression``) and metric sums, reduced on the host; binary tasks add the sums of F1
-  (class 1 positive). The accuracy and F1 count the rows ``scored_B`` weighs (default: as the
-  loss; a Chomsky task's outputs after a termination token are trained on but not scored)."""
+  """Weighted mean loss (cross-entropy; ``regression``: squared error) and metric sums (binary
+  tasks: F1's, class 1 positive). The accuracy and F1 count the rows ``scored_B`` weighs
+  (default: as the loss; a Chomsky task's outputs after a termination token are not scored)."""
   weight_B = weight_B.astype(jnp.float32)
   scored_B = weight_B if scored_B is None else scored_B.astype(jnp.float32)
   logits_BxC = logits_BxC.astype(jnp.float32)
@@ -137,8 +125,8 @@ def _accuracy(totals: dict[str, np.ndarray]) -> np.ndarray:
 
 def classifier_metrics(totals: dict[str, np.ndarray], examples: list[dict]
                        ) -> dict[str, np.ndarray]:
-  """Loss and accuracy (+ F1 of class 1 for two classes), or for regression (``examples``:
-  each batch's predictions) Pearson's and Spearman's correlation; ``score`` ranks checkpoints."""
+  """Loss and accuracy (+ F1 with two classes), or for regression (``examples``: each batch's
+  predictions) Pearson's and Spearman's r; ``score`` ranks checkpoints."""
   results = _base_metrics(totals)
   if examples:
     results.update(metrics_lib.correlations(
@@ -148,8 +136,7 @@ def classifier_metrics(totals: dict[str, np.ndarray], examples: list[dict]
     return results
   results['accuracy'] = results['score'] = _accuracy(totals)
   if 'true_positive_sum' in totals:
-    tp, fp, fn = (totals[f'{k}_sum'] for k in ('true_positive', 'false_positive',
-                                               'false_negative'))
+    tp, fp, fn = (totals[f'{k}_sum'] for k in ('true_positive', 'false_positive', 'false_negative'))
     results['f1'] = 2 * tp / np.maximum(2 * tp + fp + fn, 1.0)
   return results
 
@@ -158,9 +145,8 @@ def _lm_metrics(totals: dict[str, np.ndarray], examples: list[dict]) -> dict[str
   """Token accuracy and perplexity per predicted token; minus the loss ranks checkpoints."""
   del examples
   results = _base_metrics(totals)
-  results['accuracy'] = results['score'] = _accuracy(totals)
-  results['perplexity'] = np.exp(results['loss'])
-  results['score'] = -results['loss']
+  results.update(accuracy=_accuracy(totals), score=-results['loss'],
+                 perplexity=np.exp(results['loss']))
   return results
 
 

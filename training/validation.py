@@ -1,7 +1,5 @@
-"""``validate(config, workdir)``: every check of a run's config, once, before any data is read,
-anything is compiled or the workdir is touched. Every message names the field and the fix; a
-workdir whose saved config differs in a field that shapes the run is refused, naming the fields.
-"""
+"""``validate(config, workdir)``: every check of a run, once, before any data is read, anything
+is compiled or the workdir is touched; every message names the field and the fix."""
 
 from __future__ import annotations
 
@@ -38,8 +36,7 @@ def model_config(config: RunConfig | ml_collections.ConfigDict, *, vocab_size: i
 
 
 class Validated(NamedTuple):
-  """What the checks decide, so that the config need not come back to them: where the run's
-  arrays live, and the data fingerprint a fresh run saves beside its config."""
+  """What the checks decide: the placement and the data fingerprint."""
 
   placement: partitioning.Placement
   fingerprint: dict[str, Any]
@@ -47,8 +44,7 @@ class Validated(NamedTuple):
 
 def validate(config: RunConfig, workdir: str | None = None,
              devices: Sequence[jax.Device] | None = None) -> Validated:
-  """Checks a run's devices and workdir (its groups were checked as they were built, its model
-  by ``RunConfig.check_model``); the placement over ``devices``."""
+  """Checks a run's devices and workdir (its groups are checked as they are built)."""
   placement = check_devices(config, devices)
   fingerprint = data_fingerprint(config.data)
   if workdir is not None:
@@ -71,18 +67,19 @@ def check_workdir(workdir: str) -> str:
 def check_devices(config: RunConfig,
                   devices: Sequence[jax.Device] | None = None) -> partitioning.Placement:
   """The placement of ``config.mesh`` on ``devices`` (default: all), the batch sizes checked on
-  it."""
-  mesh = partitioning.make_mesh(config.mesh, devices)
-  placement = partitioning.Placement(mesh, partitioning.logical_rules(config.mesh),
-                                     global_batch_size(config, mesh),
-                                     global_eval_batch_size(config, mesh))
+  it. A per-device batch size makes the global one; the evaluation's is then rounded up to a
+  multiple of the data-parallel devices and processes (one command fits any slice)."""
+  mesh, t = partitioning.make_mesh(config.mesh, devices), config.train
   dp, processes = partitioning.data_parallel_size(mesh), jax.process_count()
+  unit, eval_size = math.lcm(dp, processes), t.eval_batch_size
+  if t.per_device_batch_size:
+    eval_size = math.ceil(eval_size / unit) * unit
+  placement = partitioning.Placement(mesh, partitioning.logical_rules(config.mesh),
+                                     t.batch_size or t.per_device_batch_size * dp, eval_size)
   for name in ('batch_size', 'eval_batch_size'):
-    size = getattr(placement, name)
-    if size % dp or size % processes:
+    if (size := getattr(placement, name)) % unit:
       raise ValueError(f'train.{name}={size} is not divisible by the {dp} data-parallel '
-                       f'devices and {processes} processes; use a multiple of '
-                       f'{math.lcm(dp, processes)}.')
+                       f'devices and {processes} processes; use a multiple of {unit}.')
   sources.check_shards(config.data.num_shards, placement.batch_size)
   impl = config.model.attention_impl
   if impl in models.config.PALLAS_SCHEMES and mesh.size > 1:
@@ -90,22 +87,6 @@ def check_devices(config: RunConfig,
                      'not wrapped in shard_map yet, and XLA cannot partition it over the '
                      f'{mesh.size} devices of this mesh. Use chunked, xla or cudnn here.')
   return placement
-
-
-def global_batch_size(config: RunConfig, mesh: jax.sharding.Mesh) -> int:
-  """``train.batch_size``, or ``train.per_device_batch_size`` x the data-parallel devices."""
-  t = config.train
-  return t.batch_size or t.per_device_batch_size * partitioning.data_parallel_size(mesh)
-
-
-def global_eval_batch_size(config: RunConfig, mesh: jax.sharding.Mesh) -> int:
-  """``train.eval_batch_size``; with a per-device batch size, rounded up to a multiple of the
-  data-parallel devices and processes (so that one command fits any slice)."""
-  size = config.train.eval_batch_size
-  if config.train.per_device_batch_size:
-    unit = math.lcm(partitioning.data_parallel_size(mesh), jax.process_count())
-    size = math.ceil(size / unit) * unit
-  return size
 
 
 def has_checkpoints(workdir: str) -> bool:
@@ -132,36 +113,30 @@ def config_differences(saved: RunConfig, config: RunConfig, fields: Sequence[str
           for k in sorted(fields) if saved_values[k] != current[k]]
 
 
-def check_resume_compatible(config: RunConfig, workdir: str,
-                            fingerprint: dict[str, Any]) -> None:
+def check_resume_compatible(config: RunConfig, workdir: str, fingerprint: dict[str, Any]) -> None:
   """Refuses to resume a run whose saved config differs in fields that shape it, or whose data
-  (``fingerprint``, now) changed. A workdir without checkpoints has nothing to resume and takes
-  any config."""
+  changed (a workdir without checkpoints takes any config)."""
   if not has_checkpoints(workdir):
     return
-  path = os.path.join(workdir, CONFIG_FILE)
-  if storage.exists(path):  # a field added since the run started has its default there
-    differing = config_differences(load_config(workdir), config, FIXED_ON_RESUME)
-    if differing:
-      raise ValueError(f'The workdir {workdir} holds a run with a different config '
-                       f'({", ".join(differing)}). Use a new --workdir, or the saved settings '
-                       'to resume.')
+  # A field added since the run started has its default there.
+  if storage.exists(os.path.join(workdir, CONFIG_FILE)) and (
+      differing := config_differences(load_config(workdir), config, FIXED_ON_RESUME)):
+    raise ValueError(f'The workdir {workdir} holds a run with a different config '
+                     f'({", ".join(differing)}). Use a new --workdir, or the saved settings '
+                     'to resume.')
   path = os.path.join(workdir, DATA_FILE)
-  if storage.exists(path):
-    changed = data_changes(_read_json(path), fingerprint)
-    if changed:
-      raise ValueError(f'The data of the run in {workdir} changed since it started: '
-                       f'{"; ".join(changed)}. Resuming would train on other examples: restore '
-                       'the file(s), or use a new --workdir.')
+  if storage.exists(path) and (changed := data_changes(_read_json(path), fingerprint)):
+    raise ValueError(f'The data of the run in {workdir} changed since it started: '
+                     f'{"; ".join(changed)}. Resuming would train on other examples: restore '
+                     'the file(s), or use a new --workdir.')
 
 
 _EMBEDDED = 'embedded dataset '  # the fingerprint key of an embedded dataset's version
 
 
 def data_fingerprint(data_config: DataConfig) -> dict[str, Any]:
-  """Size and SHA-256 of each of the user's data files (data.name=files); an embedded dataset's
-  version (its generator changes with the version); {} for TFDS datasets (versioned, and
-  prepared elsewhere)."""
+  """Size and SHA-256 of each of the user's data files; an embedded dataset's version; {} for TFDS
+  datasets (versioned, and prepared elsewhere)."""
   entry = data.DATASETS.get(data_config.name)
   if entry and entry.kind == 'embedded':
     builder = datasets.embedded_builder(data_config.name, data_config.data_dir)
@@ -174,9 +149,7 @@ def data_fingerprint(data_config: DataConfig) -> dict[str, Any]:
 
 
 def data_changes(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
-  """What differs between a saved fingerprint and the data's fingerprint now, one phrase per
-  file or embedded dataset (a fingerprint saved before versions were recorded has none: not a
-  change)."""
+  """One phrase per file or embedded dataset that differs."""
   changes = []
   for key in sorted(set(saved) | set(now)):
     if saved.get(key) == now.get(key) or (key.startswith(_EMBEDDED) and key not in saved):
@@ -202,8 +175,7 @@ def save_config(config_dict: dict[str, Any], workdir: str,
 
 
 def load_config(workdir: str) -> RunConfig:
-  """The config saved by ``train_and_evaluate`` in a workdir; a field added since the run
-  started takes its default (which preserves what the run did), one since removed is dropped."""
+  """A workdir's saved config; a field added since takes its default, one removed is dropped."""
   if not storage.is_dir(workdir):
     raise FileNotFoundError(f'The workdir {workdir!r} does not exist: pass the --workdir of a '
                             'train.py run.')
@@ -213,8 +185,7 @@ def load_config(workdir: str) -> RunConfig:
                             'train.py run (or that run did not get past its start): pass the '
                             '--workdir given to train.py.')
   saved = _read_json(path)
-  missing = [g for g in groups(RunConfig) if not isinstance(saved.get(g), dict)]
-  if missing:
+  if missing := [g for g in groups(RunConfig) if not isinstance(saved.get(g), dict)]:
     kind = 'a Hugging Face config' if 'model_type' in saved else 'not a train.py config'
     raise ValueError(f'{path} is {kind} (it has no {", ".join(missing)} group), so the settings '
                      f'of the run in {workdir} are unknown. Restore the file from a backup, or '

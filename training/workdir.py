@@ -1,15 +1,10 @@
 """Exclusive use of a workdir: a second run on the same workdir refuses to start.
 
-* **Local disks:** an advisory ``flock`` on ``workdir/lock[.<process>]``, released by the kernel
-  when the holder exits in any way (kill -9 included), so never stale. Network filesystems
-  without cross-host ``flock`` do not protect across hosts.
-* **Object storage (gs://)** has no locks, so the lock is a lease: an object holding the holder's
-  host, pid, a random token and a heartbeat renewed every ``LEASE_S / 4`` seconds. It is taken
-  when there is none, when its heartbeat is older than ``LEASE_S`` or when its holder ran on this
-  host and is gone. A run writes its record, waits ``SETTLE_S`` and reads it back: of two runs
-  started together, the last writer wins. Not a consensus protocol (it guards against a second
-  command on a running workdir): two runs whose writes take longer than ``SETTLE_S`` could both
-  start.
+Local disks: an advisory ``flock`` on ``workdir/lock[.<process>]``, released by the kernel however
+the holder exits. Object storage has no locks: a lease object (host, pid, token, heartbeat renewed
+every ``LEASE_S / 4`` s), taken when absent, expired or held by a dead process of this host; a
+run writes it, waits ``SETTLE_S`` and reads it back (the last writer wins). Not a consensus
+protocol: it guards against a second command on a running workdir.
 """
 
 from __future__ import annotations
@@ -95,14 +90,13 @@ def _flock(workdir: str, path: str, held: Held) -> Iterator[None]:
 
 
 def _read_lease(path: str) -> dict[str, Any] | None:
-  with contextlib.suppress(FileNotFoundError, OSError, ValueError):
+  with contextlib.suppress(OSError, ValueError):
     record = storage.read_json(path)
     return record if isinstance(record, dict) else None
   return None
 
 
 def _stale(record: dict[str, Any]) -> bool:
-  """Whether a lease's holder is gone: heartbeat expired, or its process is gone from this host."""
   if time.time() - float(record.get('heartbeat', 0)) > LEASE_S:
     return True
   if record.get('host') != socket.gethostname():
@@ -121,8 +115,8 @@ def _describe(record: dict[str, Any]) -> str:
 
 
 def _renew(path: str, mine: dict[str, Any], held: Held, stop: threading.Event) -> None:
-  """The heartbeat thread: renews the lease while it is ours; marks it lost once another run
-  holds it or no renewal succeeded for LEASE_S (storage errors are retried at the next beat)."""
+  """The heartbeat: marks the lease lost once another run holds it or no renewal succeeded for
+  LEASE_S (storage errors are retried at the next beat)."""
   renewed = time.time()
   while not stop.wait(LEASE_S / 4):
     try:
