@@ -123,11 +123,12 @@ def _source(data_config: DataConfig, workdir: str | None, documents: bool
                                workdir=workdir, regression=data_config.regression), None
 
 
-def load_language_model(data_config: DataConfig, workdir: str | None,
-                        task: str) -> LanguageModelDataset:
-  """``data.name``'s texts as documents for a language model (``task`` mlm or clm)."""
+def load_language_model(data_config: DataConfig, workdir: str | None, task: str,
+                        masked: bool) -> LanguageModelDataset:
+  """``data.name``'s texts as documents for the language model ``task``: ``masked`` (MLM) or
+  next-token (CLM) targets."""
   source, _ = _source(data_config, workdir, documents=True)
-  return LanguageModelDataset.load(data_config, workdir, source, task)
+  return LanguageModelDataset.load(data_config, workdir, source, task, masked)
 
 
 def load_classifier(data_config: DataConfig, workdir: str | None,
@@ -248,23 +249,23 @@ class LanguageModelDataset:
 
   @classmethod
   def load(cls, data_config: DataConfig, workdir: str | None,
-           source: sources.Source, task: str) -> LanguageModelDataset:
+           source: sources.Source, task: str, masked: bool) -> LanguageModelDataset:
     tokenizer = load_tokenizer(data_config, workdir,
                                lambda: lm.corpus_texts(source.read('train')[0]))
-    if task == 'mlm' and tokenizer.specials.mask is None:
+    if masked and tokenizer.specials.mask is None:
       raise ValueError(f'data.tokenizer={data_config.tokenizer} has no [MASK] token, which '
                        'train.task=mlm needs: use a tokenizer that has one (byte, wordpiece, '
                        'bpe, or a SentencePiece model trained by this version).')
     length = data_config.max_length
     masking = lm.Masking(tokenizer, tokenizer.vocab_size, data_config.mask_rate,
-                         data_config.whole_word_masking) if task == 'mlm' else None
+                         data_config.whole_word_masking) if masked else None
     info = DatasetInfo(
         name=data_config.name, num_classes=tokenizer.vocab_size, class_names=(),
         vocab_size=tokenizer.vocab_size, train_length=length,
         eval_splits={'validation': length, 'test': length,
                      **{f'test_{n}': n for n in data_config.eval_lengths if n != length}},
         num_train_examples=source.num_examples('train'), task=task)
-    return cls(info, source, tokenizer, lm.Targets(task, masking, data_config.seed),
+    return cls(info, source, tokenizer, lm.Targets(masking, data_config.seed),
                data_config.eval_tokens, data_config.prefetch, data_config.num_shards)
 
   def stream(self, split: str) -> lm.Stream:

@@ -127,16 +127,16 @@ def next_tokens(rows: dict[str, np.ndarray]) -> batches.LanguageModel:
 
 @dataclasses.dataclass(frozen=True)
 class Targets:
-  """How rows become examples: ``task`` 'mlm' (``masking``) or 'clm'; ``seed`` for masking."""
+  """How rows become examples: masked (``masking``, MLM) or None (the next tokens, CLM); ``seed``
+  for masking."""
 
-  task: str
   masking: Masking | None
   seed: int
 
   def __call__(self, rows: dict[str, np.ndarray], slots: np.ndarray,
                stream_id: int) -> batches.LanguageModel:
     """``rows`` with targets; row i is masked from (seed, ``stream_id``, slots[i])."""
-    if self.task == 'clm':
+    if self.masking is None:
       return next_tokens(rows)
     length = rows['inputs'].shape[1]
     num = max_predictions(length, self.masking.rate)

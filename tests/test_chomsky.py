@@ -376,7 +376,7 @@ def test_bad_suite_settings_are_refused(fields, phrase):
 def test_test_lengths_default_to_the_papers():
   assert DataConfig(name='chomsky/parity_check').chomsky_tests == tuple(range(41, 501))
   with pytest.raises(ValueError, match='generated task'):
-    datasets.load_language_model(DataConfig(name='chomsky/parity_check'), None, 'mlm')
+    datasets.load_language_model(DataConfig(name='chomsky/parity_check'), None, 'mlm', True)
 
 
 # Train at lengths 1..3 (one padded shape) and test at 4 and 5: a few compilations only.

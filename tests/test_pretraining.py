@@ -52,7 +52,7 @@ def masked_rows(whole_word: bool, rows: int = 400, length: int = 128):
   tokenizer = tokenizers.ByteTokenizer()
   packed = lm.pack(lm.tokenize(tokenizer, documents(600)), length)
   masking = lm.Masking(tokenizer, tokenizer.vocab_size, 0.15, whole_word)
-  targets = lm.Targets('mlm', masking, seed=0)
+  targets = lm.Targets(masking, seed=0)
   slots = np.arange(rows)
   return tokenizer, packed, targets({k: v[:rows] for k, v in packed.items()}, slots, 0)
 
@@ -126,7 +126,7 @@ def lm_config(run_config, tmp_path, task='mlm', **overrides):
 
 def test_lm_batches_resume_and_split_over_processes(tmp_path, run_config):
   dataset = datasets.load_language_model(typed(lm_config(run_config, tmp_path)).data,
-                                         str(tmp_path), 'mlm')
+                                         str(tmp_path), 'mlm', True)
   fresh = list(itertools.islice(dataset.train_batches(seed=0, global_batch_size=8), 40))
   resumed = next(dataset.train_batches(seed=0, global_batch_size=8, start_step=37))
   jax.tree.map(np.testing.assert_array_equal, fresh[37], resumed)
@@ -223,7 +223,7 @@ def test_tfds_corpora_with_mock_data(tmp_path, run_config, name, splits):
   config = run_config(**{'data.name': name, 'data.data_dir': data_dir, 'data.max_length': 32})
   with tfds.testing.mock_data(num_examples=20, policy=tfds.testing.MockPolicy.USE_FILES,
                               data_dir=data_dir):
-    dataset = datasets.load_language_model(typed(config).data, None, 'clm')
+    dataset = datasets.load_language_model(typed(config).data, None, 'clm', False)
     batch = next(dataset.train_batches(seed=0, global_batch_size=4))
     assert batch.inputs.shape == (4, 32) and batch.target_weights.sum() > 0
     assert sum(b.target_weights.sum() for b in dataset.eval_batches(

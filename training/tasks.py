@@ -150,9 +150,10 @@ def _lm_metrics(totals: dict[str, np.ndarray], examples: list[dict]) -> dict[str
   return results
 
 
-def _load_documents(data_config, workdir: str | None, pair_layout: str, *, task: str):
+def _load_documents(data_config, workdir: str | None, pair_layout: str, *, task: str,
+                    masked: bool):
   del pair_layout  # one text per document
-  return datasets.load_language_model(data_config, workdir, task)
+  return datasets.load_language_model(data_config, workdir, task, masked)
 
 
 def _packing(exp) -> dict[str, Any]:
@@ -166,7 +167,8 @@ _LM_PREDICT = ('{workdir} holds a language model (train.task={config.train.task}
 for _name in ('classify', 'pairs'):
   register(TaskKind(_name, batches.Classification, _classify_forward, classifier_metrics,
                     datasets.load_classifier))
-for _name in ('mlm', 'clm'):
+for _name, _masked in (('mlm', True), ('clm', False)):
   register(TaskKind(_name, batches.LanguageModel, _lm_forward, _lm_metrics,
-                    functools.partial(_load_documents, task=_name), language_model=True,
+                    functools.partial(_load_documents, task=_name, masked=_masked),
+                    language_model=True,
                     describe=_packing, unpredictable=_LM_PREDICT))
