@@ -202,6 +202,7 @@ def test_extension_config_errors(tiny_extend, field, value, phrase):
     extend.check(tiny_extend)
 
 
+@pytest.mark.slow  # ~1 min: a project (projects/extend) trained and reported end to end
 def test_tiny_extension_trains_once_and_reports(tmp_path, tiny_extend, trained):
   """One training run; every variant evaluated on its seeds; a rerun only evaluates."""
   extend.run(tiny_extend, str(tmp_path), command='test')

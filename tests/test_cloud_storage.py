@@ -122,6 +122,7 @@ def _kill_after_checkpoint(command, env, remote):
   return output
 
 
+@pytest.mark.slow  # ~75 s: trains twice, kills, resumes, evaluates
 def test_train_kill9_resume_and_eval_on_gs_match_a_local_disk(gcs, csv_file, tmp_path,
                                                               monkeypatch):
   cache, local, remote = str(tmp_path / 'xla'), str(tmp_path / 'run'), f'gs://{BUCKET}/run'
@@ -153,6 +154,7 @@ def _results(workdir):
   return [{k: v for k, v in row.items() if not any(t in k for t in timing)} for row in rows]
 
 
+@pytest.mark.slow  # ~95 s: the tiny grid twice, on gs:// and on disk
 def test_ablation_on_gs_matches_a_local_disk(gcs, tfds_dir, tmp_path):
   config = probes.get_config()
   config.ablation.update(positions='none,rotary', variants='', workers=1, num_seeds=1)

@@ -107,6 +107,7 @@ def _train_records(workdir):
   return [r for r in metrics.read_metrics(workdir) if 'train/loss' in r]
 
 
+@pytest.mark.slow  # ~80 s on 2 cores: four simulated meshes, each compiled
 def test_meshes_match_one_device_and_shard_parameters(tmp_path, data_dir):
   out = tmp_path / 'meshes.json'
   proc = subprocess.run([sys.executable, 'tests/helpers/mesh_worker.py', f'--data_dir={data_dir}',
@@ -132,6 +133,7 @@ def test_meshes_match_one_device_and_shard_parameters(tmp_path, data_dir):
   assert shard('1x1x8', emb) == [2, 260, 64]  # 8 does not divide 260: replicated.
 
 
+@pytest.mark.slow  # ~2 min: three processes train and compare
 def test_two_processes_match_one_process_and_restore_on_one_device(tmp_path, data_dir):
   pair_dir, single_dir = str(tmp_path / 'pair'), str(tmp_path / 'single')
   # The pair builds its mesh as 2 (processes, over DCN) x 2 (devices): the hybrid-mesh path.
@@ -158,6 +160,7 @@ def test_two_processes_match_one_process_and_restore_on_one_device(tmp_path, dat
                _params(pair_dir, 6), _params(single_dir, 6))
 
 
+@pytest.mark.slow  # ~1 min: two processes, a signal, a resume
 def test_sigterm_to_one_process_saves_one_step_and_resumes(tmp_path, data_dir):
   workdir = str(tmp_path / 'preempt')
   long_run = ('--config.train.num_steps=2000', '--config.train.log_every=1',
@@ -241,6 +244,7 @@ def test_logical_rules_and_mesh_config_errors():
   assert partitioning.process_rows(mesh, 16) == (0, 1)
 
 
+@pytest.mark.slow  # ~75 s: compiles on 256 simulated devices
 def test_per_device_batch_size_fits_256_devices(tmp_path, data_dir):
   """The README's pod command on 256 simulated devices: FSDP 4 x data 64, one example per
   device (global batch 256), evaluation batches rounded up to the devices; and the rule that

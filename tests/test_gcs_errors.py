@@ -165,6 +165,7 @@ def test_a_storage_error_names_the_url_not_an_http_endpoint(monkeypatch):
     storage.read_bytes('gs://bucket/run/x')
 
 
+@pytest.mark.slow  # ~1 min: waits for the storage timeout by design
 def test_the_emulator_killed_during_training_ends_it_within_a_minute(guard, csv_file, tmp_path):
   """Killed once the first checkpoint is on gs://: exit 2 naming object storage (not a full disk)
   within 60 s, however many requests the failed save and the way out make, without the
