@@ -12,6 +12,7 @@ def get_config():
   c = probes.get_config()
   c.ablation.datasets = ('position_probes/order,position_probes/distance,'
                          'position_probes/nearest,listops/small,fortunes')
+  c.train.projects = 'lra'  # ListOps' generator lives in projects/lra
   c.data.max_length = 128  # Long enough for ListOps (small) and most fortunes.
   c.model.max_length = 128  # `learned`: the training length.
   c.model.dropout_rate = 0.1  # fortunes has 3.3k training texts: ~10 epochs at this budget.
