@@ -314,8 +314,7 @@ class SelfAttention(nnx.Module):
 
   def __call__(self, x_BxLxE: jax.Array, visibility: Visibility, ctx: PositionContext, *,
                rngs: nnx.Rngs | None, num_queries: int | None = None) -> jax.Array:
-    """Attends over the visible keys; returns [batch, T, embed]: T = length, or with
-    ``num_queries`` (softmax attention only) the first T positions only (all keys attended)."""
+    """[batch, T, embed]: T = length, or the first ``num_queries`` (softmax attention only)."""
     x_BxTxE, ctx_q = x_BxLxE, ctx
     if num_queries is not None:
       x_BxTxE, ctx_q = x_BxLxE[:, :num_queries], ctx.first_queries(num_queries)

@@ -144,8 +144,7 @@ class ClassificationHead(nnx.Module):
 
 
 class LanguageModelHead(nnx.Module):
-  """HF's RoFormerLMPredictionHead: dense -> GELU -> LayerNorm, then the token embeddings'
-  transpose (tied) plus a bias per token."""
+  """HF's RoFormerLMPredictionHead: dense -> GELU -> LayerNorm -> tied embeddings + bias."""
 
   def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
     self.dense = _dense(cfg, cfg.hidden_size, cfg.embedding_size, (sharding.EMBED, None),
@@ -225,8 +224,7 @@ class Classifier(nnx.Module):
   def _layers(self, x_BxLxE: jax.Array, visibility: Visibility,
               ctx: positions_lib.PositionContext, rngs: nnx.Rngs | None,
               last_num_queries: int | None) -> jax.Array:
-    """The layers in turn; with ``cfg.remat`` runs of alike layers before the last are rolled
-    loops (``_remat_loop``) and the last (maybe ``last_num_queries`` only) is remat alone."""
+    """The layers in turn; with ``cfg.remat`` runs of alike layers are rolled loops."""
     layers = list(self.layers)
     if not self.cfg.remat:
       for layer in layers[:-1]:
@@ -285,9 +283,8 @@ class Classifier(nnx.Module):
 
 def _remat_loop(layers: list[EncoderLayer], x_BxLxE: jax.Array, visibility: Visibility,
                 ctx: positions_lib.PositionContext, rngs: nnx.Rngs | None) -> jax.Array:
-  """``layers`` in turn as one ``lax.scan`` of rematerialised steps over their stacked states:
-  XLA on CPU keeps every unrolled layer's recomputed activations live at once, a loop one
-  layer's. The dropout stream is carried through: the same draws as in turn."""
+  """``layers`` as one ``lax.scan`` of remat steps (XLA on CPU keeps every unrolled layer's
+  recomputed activations live at once), carrying the dropout stream: the same draws."""
   graphdef = nnx.graphdef(layers[0])
   stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *(nnx.state(l) for l in layers))
   rngs_def, rngs_state = nnx.split(rngs) if rngs is not None else (None, None)
