@@ -190,7 +190,7 @@ def test_gradients_finite_and_nonzero(overrides):
     assert np.abs(g).max() > 0, name
 
 
-@pytest.mark.parametrize('num_layers', [1, 4])
+@pytest.mark.parametrize('num_layers', [1, pytest.param(4, marks=pytest.mark.slow)])  # 4: ~50 s
 def test_remat_same_outputs_and_gradients(num_layers):
   """Remat against the plain model, with both dropouts active; with 4 layers the first 3 run
   as one rolled loop, which carries the dropout stream (the same draws)."""
