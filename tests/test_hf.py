@@ -332,6 +332,7 @@ def _check_predict_then_export(workdir: str, tmp_path) -> None:
   assert_close(ours, theirs, name='probabilities')
 
 
+@pytest.mark.slow  # ~35 s: converts, tokenizes and fine-tunes; the conversions are tested above
 def test_fine_tune_from_a_hf_checkpoint_with_its_tokenizer(tmp_path):
   """train.init_from=<HF directory>: the encoder is the checkpoint's (the head is new: 2 classes
   here, 3 there), the tokenizer is the checkpoint's, and freeze_encoder keeps the encoder."""

@@ -139,7 +139,7 @@ def test_lm_batches_resume_and_split_over_processes(tmp_path, run_config):
   assert len({r.tobytes() for r in seen}) > 0.9 * len(seen)  # an epoch is a permutation
 
 
-@pytest.mark.parametrize('task', ['mlm', 'clm'])
+@pytest.mark.parametrize('task', ['mlm', pytest.param('clm', marks=pytest.mark.slow)])  # clm: ~25 s
 def test_pretraining_run_is_killed_and_resumed_bitwise(tmp_path, run_config, monkeypatch, task):
   config = lm_config(run_config, tmp_path, task, **{'model.dropout_rate': 0.1})
   straight = str(tmp_path / 'straight')

@@ -135,7 +135,9 @@ def test_members_in_one_step_match_separate_runs(tmp_path, run_config, members, 
 # test_skip_nonfinite_keeps_no_nan_weights (this file's copy of those assertions was merged there).
 
 
-@pytest.mark.parametrize('name', ['listops/small', 'fortunes', 'manpages/pairs'])
+# listops/small (projects/lra) and manpages/pairs (the two-stage study's) are slow: ~25 s each.
+@pytest.mark.parametrize('name', [pytest.param('listops/small', marks=pytest.mark.slow), 'fortunes',
+                                  pytest.param('manpages/pairs', marks=pytest.mark.slow)])
 def test_embedded_datasets_train(tmp_path, run_config, name):
   if name == 'fortunes' and not os.path.isdir('/usr/share/games/fortunes'):
     pytest.skip('fortunes not installed (apt-get install fortunes)')
