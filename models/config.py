@@ -119,11 +119,15 @@ class ModelSettings:
   # FIRE: hidden width of the MLP f (1 -> width, ReLU -> heads); the paper's 32.
   fire_mlp_width: int = settings.setting(32, P)
   # FIRE: the threshold L of the normaliser psi(max(L, i)) at the start (a learned scale, from 1,
-  # multiplies it); the paper's 512. Below L the bias depends on the distance only.
-  fire_threshold: float = settings.setting(512.0, P)
-  # CoPE: position embeddings per direction; contextual positions are clipped at npos - 1. The
-  # authors' default is the training length + 1 (data.max_length + 1).
-  cope_npos: int = settings.setting(65, P)
+  # multiplies it); 0: the training length (data.max_length), so that the normaliser is constant
+  # inside the trained window and interpolates beyond it. Below L the bias depends on the
+  # distance only.
+  fire_threshold: float = settings.setting(0.0, P)
+  # FIRE: one FIRE shared by all layers (the paper's FIRE-S); False: one per layer (FIRE).
+  fire_shared: bool = settings.setting(False, P)
+  # CoPE: position embeddings per direction; contextual positions are clipped at npos - 1.
+  # 0: the authors' default, the training length + 1 (data.max_length + 1).
+  cope_npos: int = settings.setting(0, P)
   # Std of the normal init of shaw's and t5's tables (0: model.init_std); at init_std 0.1 some
   # seeds never leave the chance plateau (docs/ablation_probes/diagnostic/report.md).
   relative_init_std: float = settings.setting(0.0, R)
@@ -147,6 +151,8 @@ class ModelConfig(ModelSettings):
   vocab_size: int
   num_classes: int
   task: str = 'classify'
+  # data.max_length (0: model.max_length): fire_threshold and cope_npos follow it when 0.
+  train_length: int = 0
   rope: rope.RopeConfig = dataclasses.field(default_factory=rope.RopeConfig)
   deterministic: bool = False
 
@@ -161,6 +167,9 @@ class ModelConfig(ModelSettings):
     for name, value in self.sizes().items():
       object.__setattr__(self, name, value)
     object.__setattr__(self, 'nope_layers', tuple(self.nope_layers))  # a JSON list: hashable
+    length = self.train_length or self.max_length  # a model built outside a run: its table's
+    object.__setattr__(self, 'fire_threshold', self.fire_threshold or float(length))
+    object.__setattr__(self, 'cope_npos', self.cope_npos or length + 1)
     self._check()
     positions.validate(self)
     self._check_nope_layers()

@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from flax import traverse_util
 
 import rope
 from models import sharding
@@ -53,7 +54,8 @@ class PositionContext(NamedTuple):
       tables = rope.RotaryTables(*(None if t is None else t[..., :num, :] for t in tables))
     return self._replace(
         rotary_tables=tables, bias=None if self.bias is None else self.bias[:, :, :num],
-        relative=None if self.relative is None else self.relative[:, :num])
+        relative=None if self.relative is None else self.relative[:, :num],
+        query_positions=None if self.positions is None else self.positions[:, :num])
 
 
 def blockwise(cfg) -> bool:
@@ -186,7 +188,8 @@ def register(name: str, *, supports_linear: bool = True, options: tuple[str, ...
 
 def _switches(cfg) -> list[str]:
   """The scheme-specific switches set away from their defaults."""
-  return (['model.shaw_values'] if cfg.shaw_values else []) + cfg.rope.non_default_fields()
+  return ((['model.shaw_values'] if cfg.shaw_values else [])
+          + (['model.fire_shared'] if cfg.fire_shared else []) + cfg.rope.non_default_fields())
 
 
 def validate(cfg) -> None:
@@ -218,6 +221,17 @@ def has_max_length(name: str) -> bool:
   """Whether scheme ``name`` stops at ``model.max_length`` (``PositionScheme.has_max_length``);
   a name that is no scheme gives False, so that the config's validation is what reports it."""
   return name in SCHEMES and SCHEMES[name].has_max_length
+
+
+def projection(cfg) -> Callable[[dict], dict] | None:
+  """The scheme's projection of the parameters after each update (KERPLE's clamp), or None."""
+  return getattr(SCHEMES[cfg.position], 'project', None)
+
+
+def learned(cfg, params: dict) -> dict:
+  """What the summary records of the scheme's learned settings (FIRE's c and L), or {}."""
+  scheme = SCHEMES[cfg.position]
+  return scheme.learned(cfg, params) if hasattr(scheme, 'learned') else {}
 
 
 def build(cfg, *, rngs: nnx.Rngs) -> PositionScheme:
@@ -550,9 +564,12 @@ class Rotary(PositionScheme):
 _KERPLE_FLOOR = 0.01
 
 
-def _softplus_inverse(x: jax.Array) -> jax.Array:
-  """The y with softplus(y) = x > 0: log(e^x - 1), finite for large x."""
-  return x + jnp.log(-jnp.expm1(-x))
+def _replace_leaf(params: dict, path: tuple[str, ...], fn: Callable[[jax.Array], jax.Array]
+                  ) -> dict:
+  """``params`` (a nested dict) with the leaf at ``path`` replaced by ``fn(leaf)``."""
+  head, *rest = path
+  inner = _replace_leaf(params[head], tuple(rest), fn) if rest else fn(params[head])
+  return {**params, head: inner}
 
 
 def _distance(relative_BxTxS: jax.Array) -> jax.Array:
@@ -579,33 +596,39 @@ def kerple_power_bias(r_2xH: jax.Array, relative_BxTxS: jax.Array) -> jax.Array:
 
 class Kerple(PairBias):
   """KERPLE (Chi, Fan, Ramadge and Rudnicky 2022): a learned kernel of the distance |j - i| as a
-  logits bias, r1 and r2 learned per head and shared by all layers (the authors pass
-  one module to every layer). Initialised as their code: r1 ~ U(0, highs[0]), r2 ~ U(0,
-  highs[1]), at least 0.01. They clamp r1, r2 after every step; here a parametrisation keeps them
-  in range (a clamp in the forward pass would stop their gradient at the floor)."""
+  logits bias, r1 and r2 learned per head and shared by all layers (the authors pass one module
+  to every layer). As their code (chijames/KERPLE, megatron/mpu/layers.py): r1 ~ U(0, highs[0]),
+  r2 ~ U(0, highs[1]), and both clamped into ``bounds`` after every update (``project``), which
+  leaves their gradient and Adam's step size untouched near the bounds."""
 
   highs: ClassVar[tuple[float, float]]  # r1 and r2 start ~ U(0, high)
+  bounds: ClassVar[tuple[tuple[float, float], tuple[float, float]]]  # (low, high) of r1, r2
 
   def __init__(self, cfg, bias_fn: Callable[..., jax.Array], *, rngs: nnx.Rngs):
     super().__init__(cfg, bias_fn)
     draws_2xH = jax.random.uniform(rngs.positions(), (2, cfg.num_heads), jnp.float32)
-    initial_2xH = jnp.maximum(draws_2xH * jnp.asarray(self.highs)[:, None], _KERPLE_FLOOR)
-    # [2, heads]: r1 and r2 before the parametrisation (``constrained``).
-    self.raw_r = nnx.Param(self.unconstrained(initial_2xH),
-                           **sharding.param_metadata((None, sharding.HEADS)))
+    # [2, heads]: r1 and r2.
+    self.r = nnx.Param(self.clamp(draws_2xH * jnp.asarray(self.highs)[:, None]),
+                       **sharding.param_metadata((None, sharding.HEADS)))
 
-  @staticmethod
-  def constrained(raw_2xH: jax.Array) -> jax.Array:
-    """r1 and r2 from the raw parameters (softplus: positive)."""
-    return jax.nn.softplus(raw_2xH)
+  @classmethod
+  def clamp(cls, r_Nx2xH: jax.Array) -> jax.Array:
+    """r1 and r2 clamped into ``bounds`` (any leading axes)."""
+    low_2x1, high_2x1 = (jnp.asarray(side, jnp.float32)[:, None] for side in zip(*cls.bounds))
+    return jnp.clip(r_Nx2xH, low_2x1, high_2x1)
 
-  @staticmethod
-  def unconstrained(r_2xH: jax.Array) -> jax.Array:
-    """The raw parameters of r1 and r2 (the inverse of ``constrained``)."""
-    return _softplus_inverse(r_2xH)
+  @classmethod
+  def project(cls, params: dict) -> dict:
+    return _replace_leaf(params, ('positions', 'r'), cls.clamp)
+
+  @classmethod
+  def learned(cls, cfg, params: dict) -> dict:
+    """r1 and r2 per head, [members][2][heads]."""
+    del cfg
+    return {'kerple_r': np.asarray(params['positions']['r']).tolist()}
 
   def pair_table(self) -> jax.Array:
-    return self.constrained(self.raw_r[...])
+    return self.r[...]
 
 
 @register('kerple_log', supports_linear=False)
@@ -613,6 +636,7 @@ class KerpleLog(Kerple):
   """KERPLE's logarithmic variant, -r1 log(1 + r2 |j - i|): r1 ~ U(0, 2), r2 ~ U(0, 1)."""
 
   highs = (2.0, 1.0)
+  bounds = ((_KERPLE_FLOOR, math.inf), (_KERPLE_FLOOR, math.inf))
 
   def __init__(self, cfg, *, rngs: nnx.Rngs):
     super().__init__(cfg, kerple_log_bias, rngs=rngs)
@@ -620,21 +644,13 @@ class KerpleLog(Kerple):
 
 @register('kerple_power', supports_linear=False)
 class KerplePower(Kerple):
-  """KERPLE's power variant, -r1 |j - i|^r2: r1 ~ U(0, 1), r2 ~ U(0, 2) and kept in (0, 2]
-  (2 sigmoid; the authors clamp it to [0.01, 2])."""
+  """KERPLE's power variant, -r1 |j - i|^r2: r1 ~ U(0, 1), r2 ~ U(0, 2), r2 kept in [0.01, 2]."""
 
   highs = (1.0, 2.0)
+  bounds = ((_KERPLE_FLOOR, math.inf), (_KERPLE_FLOOR, 2.0))
 
   def __init__(self, cfg, *, rngs: nnx.Rngs):
     super().__init__(cfg, kerple_power_bias, rngs=rngs)
-
-  @staticmethod
-  def constrained(raw_2xH: jax.Array) -> jax.Array:
-    return jnp.stack([jax.nn.softplus(raw_2xH[0]), 2.0 * jax.nn.sigmoid(raw_2xH[1])])
-
-  @staticmethod
-  def unconstrained(r_2xH: jax.Array) -> jax.Array:
-    return jnp.stack([_softplus_inverse(r_2xH[0]), jnp.log(r_2xH[1] / (2.0 - r_2xH[1]))])
 
 
 _FIRE_EPS = 1e-6  # the guard on the normaliser psi(max(L, i)) of mcleish7/arithmetic's FIRE
@@ -658,21 +674,28 @@ def fire_pieces(w_in_W: jax.Array, b_in_W: jax.Array, w_out_WxH: jax.Array, b_ou
   return knots_W, slope_GxH, intercept_GxH
 
 
-def fire_bias(table: tuple[jax.Array, ...], relative_BxTxS: jax.Array,
-              query_positions_BxT: jax.Array) -> jax.Array:
-  """float32 [batch, heads, length_q, length_k]: FIRE's f(psi(|i - j|) / psi(max(L, i, j))),
-  psi(x) = log(c x + 1), f an MLP 1 -> width (ReLU) -> heads; i the query's position, j the key's.
-  Causal (j <= i) this is the paper's f(psi(i - j) / psi(max(L, i))). For keys after the query
-  (bidirectional only; this project's choice) the input is negated: one MLP over [-1, 1] tells
-  the two sides apart, and max(L, i, j) keeps the input's magnitude at most 1. The MLP is applied
-  as its segments (``fire_pieces``): a lookup per pair, not width x heads products."""
-  c, threshold, w_in_W, b_in_W, w_out_WxH, b_out_H = table
+def fire_inputs(c: jax.Array, threshold: jax.Array, relative_BxTxS: jax.Array,
+                query_positions_BxT: jax.Array) -> jax.Array:
+  """float32 [batch, length_q, length_k] in [-1, 1]: FIRE's MLP inputs psi(|i - j|) /
+  psi(max(L, i, j)), psi(x) = log(c x + 1), i the query's position, j the key's. Causal (j <= i)
+  this is the paper's psi(i - j) / psi(max(L, i)). For keys after the query (bidirectional only;
+  this project's choice) the input is negated: one MLP over [-1, 1] tells the two sides apart,
+  and max(L, i, j) keeps the magnitude at most 1."""
   relative_BxTxS = relative_BxTxS.astype(jnp.float32)
   query_BxTx1 = query_positions_BxT.astype(jnp.float32)[..., None]
   normaliser_BxTxS = jnp.maximum(threshold, query_BxTx1 + jnp.maximum(relative_BxTxS, 0.0))
   psi = lambda x: jnp.log1p(c * x)
   interpolated_BxTxS = psi(jnp.abs(relative_BxTxS)) / (psi(normaliser_BxTxS) + _FIRE_EPS)
-  x_BxTxS = jnp.where(relative_BxTxS > 0, -interpolated_BxTxS, interpolated_BxTxS)
+  return jnp.where(relative_BxTxS > 0, -interpolated_BxTxS, interpolated_BxTxS)
+
+
+def fire_bias(table: tuple[jax.Array, ...], relative_BxTxS: jax.Array,
+              query_positions_BxT: jax.Array) -> jax.Array:
+  """float32 [batch, heads, length_q, length_k]: FIRE's f(``fire_inputs``), f an MLP 1 -> width
+  (ReLU) -> heads, applied as its segments (``fire_pieces``): a lookup per pair, not width x
+  heads products."""
+  c, threshold, w_in_W, b_in_W, w_out_WxH, b_out_H = table
+  x_BxTxS = fire_inputs(c, threshold, relative_BxTxS, query_positions_BxT)
   knots_W, slope_GxH, intercept_GxH = fire_pieces(w_in_W, b_in_W, w_out_WxH, b_out_H)
   segment_BxTxS = jnp.searchsorted(knots_W, jax.lax.stop_gradient(x_BxTxS), method='compare_all')
   bias_BxTxSxH = (jnp.take(slope_GxH, segment_BxTxS, axis=0) * x_BxTxS[..., None]
@@ -680,24 +703,13 @@ def fire_bias(table: tuple[jax.Array, ...], relative_BxTxS: jax.Array,
   return bias_BxTxSxH.transpose(0, 3, 1, 2)
 
 
-class FireHooks(LayerHooks):
-  """FIRE's blockwise bias, from the parameters and the block's query positions in the context."""
+class FireParams(nnx.Module):
+  """One FIRE's parameters, initialised as the listing the paper's code is known by
+  (mcleish7/arithmetic's FIRE): c = 0.1, the threshold L = |scale| L0 with the scale learned from
+  1, and the MLP's weights and biases ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (torch.nn.Linear's)."""
 
-  def block_bias(self, q_BxTxHxD, ctx, relative_BxTxS):
-    return fire_bias(ctx.pair_table, relative_BxTxS, ctx.query_positions)
-
-
-@register('fire', supports_linear=False)
-class Fire(PositionScheme):
-  """FIRE (Li et al. 2024): a learned MLP of the progressively interpolated log distance, one
-  output per head, shared by all layers. Initialised as mcleish7/arithmetic's FIRE: c = 0.1, the
-  threshold L = |scale| model.fire_threshold with the scale learned from 1, the MLP's weights
-  and biases ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (torch.nn.Linear's default). Relative (shift
-  invariant) while the positions stay below L; beyond it the normaliser reads the positions."""
-
-  def __init__(self, cfg, *, rngs: nnx.Rngs):
-    self.blockwise = blockwise(cfg)
-    self.threshold = cfg.fire_threshold
+  def __init__(self, cfg, rngs: nnx.Rngs):
+    self.threshold = float(cfg.fire_threshold)
     width, heads = cfg.fire_mlp_width, cfg.num_heads
 
     def uniform(shape: tuple[int, ...], fan_in: int, names: tuple[str | None, ...]) -> nnx.Param:
@@ -712,27 +724,69 @@ class Fire(PositionScheme):
     self.w_out = uniform((width, heads), width, (None, sharding.HEADS))
     self.b_out = uniform((heads,), width, (sharding.HEADS,))
 
-  @classmethod
-  def check(cls, cfg) -> None:
-    if cfg.fire_mlp_width < 1 or not cfg.fire_threshold > 0:
-      raise ValueError(f'model.position=fire needs model.fire_mlp_width >= 1 and '
-                       f'model.fire_threshold > 0, got {cfg.fire_mlp_width} and '
-                       f'{cfg.fire_threshold}.')
-
   def table(self) -> tuple[jax.Array, ...]:
     """(c, L, the MLP's w_in, b_in, w_out, b_out): ``fire_bias``'s parameters."""
     return (jnp.abs(self.c[...]), jnp.abs(self.threshold_scale[...]) * self.threshold,
             self.w_in[...], self.b_in[...], self.w_out[...], self.b_out[...])
 
+
+class FireHooks(LayerHooks):
+  """One layer's FIRE bias: its own parameters (FIRE), or the shared ones the context carries
+  (FIRE-S, ``model.fire_shared``)."""
+
+  def __init__(self, params: FireParams | None):
+    self.params = params
+
+  def bias(self, q_BxLxHxD, ctx):
+    if self.params is None:
+      return ctx.bias
+    queries_BxT = ctx.positions if ctx.query_positions is None else ctx.query_positions
+    relative_BxTxS = ctx.positions[:, None, :] - queries_BxT[:, :, None]
+    return fire_bias(self.params.table(), relative_BxTxS, queries_BxT)
+
+  def block_bias(self, q_BxTxHxD, ctx, relative_BxTxS):
+    table = ctx.pair_table if self.params is None else self.params.table()
+    return fire_bias(table, relative_BxTxS, ctx.query_positions)
+
+
+@register('fire', supports_linear=False, options=('model.fire_shared',))
+class Fire(PositionScheme):
+  """FIRE (Li et al. 2024): a learned MLP of the progressively interpolated log distance, one
+  output per head, one per layer as the paper's FIRE; ``model.fire_shared``: one for all layers
+  (the paper's FIRE-S). Relative (shift invariant) while the positions stay below L; beyond it
+  the normaliser reads the query's position, so longer inputs interpolate into [-1, 1]."""
+
+  def __init__(self, cfg, *, rngs: nnx.Rngs):
+    self.blockwise = blockwise(cfg)
+    self.shared = FireParams(cfg, rngs) if cfg.fire_shared else None
+    self.cfg = cfg
+
+  @classmethod
+  def check(cls, cfg) -> None:
+    if cfg.fire_mlp_width < 1 or not cfg.fire_threshold > 0:
+      raise ValueError(f'model.position=fire needs model.fire_mlp_width >= 1 and '
+                       f'model.fire_threshold >= 0 (0: the training length), got '
+                       f'{cfg.fire_mlp_width} and {cfg.fire_threshold}.')
+
+  @classmethod
+  def learned(cls, cfg, params: dict) -> dict:
+    """c and L of each FIRE (one per layer; FIRE-S: one), [members][FIREs] (leading axis N)."""
+    flat = traverse_util.flatten_dict(params)
+    fires = sorted(path[:-1] for path in flat if path[-1] == 'threshold_scale')
+    c_FxN = np.abs([np.asarray(flat[path + ('c',)]) for path in fires])
+    scale_FxN = np.abs([np.asarray(flat[path + ('threshold_scale',)]) for path in fires])
+    return {'fire_c': c_FxN.T.tolist(), 'fire_threshold': (scale_FxN * cfg.fire_threshold).T.tolist()}
+
   def prepare(self, positions_BxL: jax.Array) -> PositionContext:
+    if self.shared is None:
+      return PositionContext(positions=positions_BxL)
     if self.blockwise:
-      return PositionContext(pair_table=self.table())
-    return PositionContext(bias=fire_bias(self.table(), relative_positions(positions_BxL),
+      return PositionContext(pair_table=self.shared.table())
+    return PositionContext(bias=fire_bias(self.shared.table(), relative_positions(positions_BxL),
                                           positions_BxL))
 
   def layer_hooks(self, *, rngs: nnx.Rngs) -> LayerHooks:
-    del rngs
-    return FireHooks()
+    return FireHooks(None if self.shared is not None else FireParams(self.cfg, rngs))
 
 
 def cope_bias(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, visible_Bx1xTxS: jax.Array,
@@ -789,8 +843,8 @@ class Cope(PerLayer):
   @classmethod
   def check(cls, cfg) -> None:
     if cfg.cope_npos < 2:
-      raise ValueError(f'model.cope_npos must be >= 2 (positions 0 .. npos - 1), got '
-                       f'{cfg.cope_npos}.')
+      raise ValueError(f'model.cope_npos must be 0 (the training length + 1) or >= 2 '
+                       f'(positions 0 .. npos - 1), got {cfg.cope_npos}.')
     if cfg.attention_impl == 'chunked':
       raise ValueError(
           "model.position='cope' cannot run on model.attention_impl=chunked: a contextual "

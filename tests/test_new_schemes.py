@@ -125,23 +125,21 @@ def test_cope_bias_matches_the_formula(causal):
 
 @pytest.mark.parametrize('position, highs', [('kerple_log', (2.0, 1.0)),
                                              ('kerple_power', (1.0, 2.0))])
-def test_kerple_starts_as_the_authors_and_stays_in_range(position, highs):
-  """r1, r2 per head drawn from U(0, high), at least 0.01 (chijames/KERPLE); any raw value maps
-  into range (r1 > 0; the power's r2 in (0, 2]); the parametrisation round-trips."""
+def test_kerple_starts_as_the_authors_and_is_clamped_into_its_bounds(position, highs):
+  """r1, r2 per head drawn from U(0, high), at least 0.01 (chijames/KERPLE); ``project`` clamps
+  them into [0.01, inf) (the power's r2 into [0.01, 2]) and leaves values inside unchanged."""
   cfg = make_cfg(position=position, num_heads=8)
   scheme = model_for(cfg).positions
   r = np.asarray(scheme.pair_table())
   assert r.shape == (2, 8)
   for row, high in zip(r, highs):
     assert (row >= 0.01).all() and (row < high).all() and len(set(row.tolist())) == 8
-  np.testing.assert_allclose(scheme.constrained(scheme.unconstrained(jnp.asarray(r))), r,
-                             rtol=1e-5)
-  extremes = np.asarray(scheme.constrained(jnp.asarray([[-60.0, 60.0], [-60.0, 60.0]])))
-  assert (extremes > 0).all()
-  if position == 'kerple_power':
-    assert (extremes[1] <= 2.0).all()
-  other = np.asarray(models.init(cfg, key_for(1))[1]['positions']['raw_r'].get_value())
-  assert not np.allclose(other, np.asarray(scheme.raw_r.get_value()))
+  other = np.asarray(models.init(cfg, key_for(1))[1]['positions']['r'].get_value())
+  assert not np.allclose(other, r)
+  params = {'positions': {'r': jnp.asarray([[[-5.0, 0.5], [0.001, 9.0]]])}, 'head': 1.0}
+  clamped = np.asarray(type(scheme).project(params)['positions']['r'])[0]
+  assert clamped[0].tolist() == pytest.approx([0.01, 0.5])
+  assert clamped[1].tolist() == pytest.approx([0.01, 2.0 if position == 'kerple_power' else 9.0])
 
 
 def test_kerple_power_gradient_is_finite_at_distance_zero():
@@ -151,15 +149,21 @@ def test_kerple_power_gradient_is_finite_at_distance_zero():
 
 
 def test_fire_and_cope_start_as_the_authors():
-  """FIRE: c = 0.1, L = model.fire_threshold, MLP weights within torch.nn.Linear's default bounds
-  (1 for the first layer, 1/sqrt(width) for the second); shared by the layers. CoPE: zero
-  embeddings per layer, npos rows causal, 2 npos - 1 bidirectional."""
-  fire = model_for(make_cfg(position='fire', fire_mlp_width=16)).positions
-  c, threshold, w_in, b_in, w_out, b_out = map(np.asarray, fire.table())
-  assert c == pytest.approx(0.1) and threshold == 512.0
-  assert w_in.shape == b_in.shape == (16,) and w_out.shape == (16, 4) and b_out.shape == (4,)
-  assert np.abs(np.r_[w_in, b_in]).max() <= 1.0
-  assert np.abs(np.r_[w_out.ravel(), b_out]).max() <= 0.25
+  """FIRE: c = 0.1, L = model.fire_threshold (model.max_length outside a run), MLP weights within
+  torch.nn.Linear's default bounds (1 for the first layer, 1/sqrt(width) for the second); one per
+  layer, or shared (FIRE-S). CoPE: zero embeddings per layer, npos rows causal, 2 npos - 1
+  bidirectional."""
+  model = model_for(make_cfg(position='fire', fire_mlp_width=16))
+  tables = [layer.attention.positions.params.table() for layer in model.layers]
+  for c, threshold, w_in, b_in, w_out, b_out in (map(np.asarray, t) for t in tables):
+    assert c == pytest.approx(0.1) and threshold == make_cfg().max_length
+    assert w_in.shape == b_in.shape == (16,) and w_out.shape == (16, 4) and b_out.shape == (4,)
+    assert np.abs(np.r_[w_in, b_in]).max() <= 1.0
+    assert np.abs(np.r_[w_out.ravel(), b_out]).max() <= 0.25
+  assert not np.allclose(np.asarray(tables[0][2]), np.asarray(tables[1][2]))
+  shared = model_for(make_cfg(position='fire', fire_shared=True))
+  assert shared.positions.shared is not None
+  assert all(layer.attention.positions.params is None for layer in shared.layers)
   for task, rows in (('classify', 2 * 9 - 1), ('clm', 9)):
     model = model_for(make_cfg(position='cope', cope_npos=9).replace(task=task))
     tables = [np.asarray(layer.attention.positions.embedding.get_value()) for layer in model.layers]
@@ -268,9 +272,9 @@ def test_a_cope_hybrid_has_embeddings_in_its_cope_layers_only():
      "model.position='kerple_log' cannot run on model.attention_impl=splash"),
     ({'position': 'cope', 'attention_impl': 'pallas_flash'},
      "model.position='cope' cannot run on model.attention_impl=pallas_flash"),
-    ({'position': 'cope', 'cope_npos': 1}, 'model.cope_npos must be >= 2'),
+    ({'position': 'cope', 'cope_npos': 1}, 'model.cope_npos must be 0'),
     ({'position': 'fire', 'fire_mlp_width': 0}, 'model.fire_mlp_width >= 1'),
-    ({'position': 'fire', 'fire_threshold': 0.0}, 'model.fire_threshold > 0'),
+    ({'position': 'fire', 'fire_threshold': -1.0}, 'model.fire_threshold >= 0'),
 ] + [({'position': p, 'attention': 'linear'}, f"model.position='{p}' adds to the attention logits")
      for p in NEW], ids=lambda x: str(x) if isinstance(x, str) else ','.join(map(str, x.values())))
 def test_refused_by_name(overrides, message):
@@ -294,7 +298,7 @@ def test_schemes_on_a_mesh_match_one_device(tmp_path):
     assert r['mesh_loss'] == pytest.approx(r['loss'], rel=1e-5), case
     assert r['max_grad_diff'] <= 1e-5 * r['max_grad'], case
   over_tensor = "P(None, 'tensor')"  # the heads axis
-  assert results['kerple_log-mlm-explicit']['specs'] == {"['positions']['raw_r']": over_tensor}
+  assert results['kerple_log-mlm-explicit']['specs'] == {"['positions']['r']": over_tensor}
   assert results['fire-mlm-chunked']['specs']["['positions']['w_out']"] == over_tensor
 
 

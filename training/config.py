@@ -166,7 +166,8 @@ class RunConfig:
   def model_config(self, *, vocab_size: int = 1, num_classes: int = 1) -> models.ModelConfig:
     """The ``model`` and ``rope`` groups plus the data's sizes (1 before the data is read)."""
     return models.ModelConfig.of(self.model, rope=self.rope, task=self.train.task,
-                                 vocab_size=vocab_size, num_classes=num_classes)
+                                 vocab_size=vocab_size, num_classes=num_classes,
+                                 train_length=self.data.max_length)
 
   def check_model(self) -> models.ModelConfig:
     """The model and rope fields, with placeholder data sizes (the data is not read yet)."""

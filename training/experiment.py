@@ -15,6 +15,7 @@ import numpy as np
 from flax import nnx
 
 import models
+from models import positions
 from data import batches
 from data import sources
 from training import optim
@@ -70,7 +71,8 @@ class Experiment:
     eval_graphdef = abstract_model(self.model_config.replace(deterministic=True))[0]
     self.static = steps_lib.Static(
         train_graphdef, eval_graphdef, self.tx, schedule, self.kind,
-        config.optim.grad_accum_steps, config.train.skip_nonfinite, config.data.regression)
+        config.optim.grad_accum_steps, config.train.skip_nonfinite, config.data.regression,
+        positions.projection(self.model_config))
     rules = self.placement.rules
     self.abstract_state = jax.eval_shape(self._init, *self._member_inputs())
     self.state_sharding = partitioning.state_shardings(

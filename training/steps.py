@@ -43,6 +43,7 @@ class Static:
   grad_accum_steps: int = 1
   skip_nonfinite: bool = False
   regression: bool = False
+  project: Callable[[Params], Params] | None = None  # the scheme's, after each update (KERPLE)
 
 
 def train_step(state: TrainState, batch: batches.Batch, static: Static) -> tuple[TrainState, dict]:
@@ -60,6 +61,8 @@ def train_step(state: TrainState, batch: batches.Batch, static: Static) -> tuple
     grad_norm = optax.global_norm(grads)
     updates, opt_state = static.tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
+    if static.project is not None:
+      params = static.project(params)
   # The updated parameters too: a finite gradient times a huge learning rate overflows.
   finite = (jnp.isfinite(loss) & jnp.isfinite(grad_norm) & jnp.isfinite(optax.global_norm(params)))
   skipped = state.skipped

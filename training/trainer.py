@@ -15,6 +15,7 @@ import tensorflow_datasets as tfds
 from absl import logging
 
 from data import datasets
+from models import positions
 import settings
 import storage
 from training import checkpoints
@@ -248,6 +249,7 @@ def _summarize(run: _Run, state: Any, last_eval: dict | None) -> dict[str, Any]:
       'step_time_s': run.writer.step_time(),
       'seconds': run.seconds,
       'skipped_updates': np.asarray(jax.device_get(state.skipped)).tolist(),
+      **positions.learned(exp.model_config, jax.device_get(state.params)),
   }
   if jax.process_index() == 0:
     storage.write_json(os.path.join(run.workdir, SUMMARY_FILE), summary)
