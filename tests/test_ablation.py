@@ -53,7 +53,8 @@ def test_grid_select_and_names():
   c = probes.get_config()
   c.ablation.attentions = 'softmax,linear'
   cells = ablation.check_grid(c)
-  rows = len(c.ablation.positions.split(',')) + len(c.ablation.variants.split(','))
+  variants = [v for v in c.ablation.variants.split(',') if v]
+  rows = len(c.ablation.positions.split(',')) + len(variants)
   assert len(cells) == 2 * rows
   assert cells[0].name == 'position_probes-order/none'
   assert cells[rows].name == 'position_probes-order/none-linear'
