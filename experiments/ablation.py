@@ -139,7 +139,10 @@ class AblationConfig:
 
 
 def _literal(text: str) -> Any:
-  """A variant's value as Python reads it (a list as a tuple), else the text."""
+  """A variant's value as Python reads it (a list as a tuple; true and false as the command
+  line's), else the text."""
+  if text.lower() in ('true', 'false'):
+    return text.lower() == 'true'
   try:
     value = ast.literal_eval(text)
   except (ValueError, SyntaxError):

@@ -78,6 +78,8 @@ def config_dict(config_cls: type) -> ml_collections.ConfigDict:
 
 def _value(group: str, f: dataclasses.Field, value: Any) -> Any:
   items = f.metadata['items']
+  if isinstance(f.default, bool) and not isinstance(value, bool):  # 'false' would be truthy
+    raise ValueError(f'config.{group}.{f.name} is true or false, not {value!r}.')
   if not items:
     return value
   text = value if isinstance(value, str) else ','.join(map(str, value or ()))

@@ -8,6 +8,7 @@ import pytest
 
 import settings
 from configs import default
+from configs.ablation import probes
 from experiments import ablation
 from projects.extend import grid as extend
 from training import config as config_lib
@@ -143,3 +144,16 @@ def test_the_config_travels_one_way_through_a_run(run_config, csv_file, tmp_path
   calls = config_walk.walk(config, str(tmp_path / 'fine_tune'))
   assert ('training/init_from.py', 'check_source') in [c[:2] for c in calls]
   assert config_walk.summary(calls)['returns_off_stack'] == 0, calls
+
+
+def test_a_variant_reads_true_and_false_and_a_text_bool_is_refused():
+  """A variant's `model.fire_shared=false` is False (not the truthy text 'false'), and a bool
+  field given text by a dict (a saved config, a grid's cell) is refused by name."""
+  c = probes.get_config()
+  c.ablation.positions = 'fire'
+  c.ablation.variants = 'fire_s:fire:model.fire_shared=true,fire_l:fire:model.fire_shared=False'
+  shared = [ablation.cell_config(c, x).model.fire_shared for x in ablation.check_grid(c)]
+  assert shared == [False, True, False]
+  with pytest.raises(ValueError, match='config.model.fire_shared is true or false'):
+    config_lib.run_config({**probes.get_config().to_dict(),
+                           'model': {'fire_shared': 'false'}})
