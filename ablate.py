@@ -25,6 +25,7 @@ from ml_collections import config_flags
 
 from experiments import ablation
 from experiments import cli
+import storage
 from training import distributed
 from training import trainer
 
@@ -42,6 +43,9 @@ distributed.define_flags()
 
 def main(_):
   command = 'python ' + ' '.join(shlex.quote(a) for a in sys.argv)
+  if FLAGS.report_only and not storage.exists(FLAGS.workdir):  # a typo would write an empty report
+    raise ValueError(f'--report_only: {FLAGS.workdir} does not exist, so it holds no finished '
+                     'runs to report; check the path (nothing was written).')
   grid = ablation.grid_kind(FLAGS.config)  # a project's (two-stage, extension) or the ablation
   cells = grid.cells(FLAGS.config, FLAGS.workdir, FLAGS.only)
   distributed.initialize_from_flags()

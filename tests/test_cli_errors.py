@@ -176,6 +176,8 @@ CASES = [
                                                       '--report_only'),
          'made with another config or data than the grid gives now', workdir='ablation_done'),
     Case('ablate_only_selects_nothing', ABLATE + ('--only=5:5',), "--only='5:5' matches no run"),
+    Case('ablate_report_only_of_a_missing_workdir', ABLATE + ('--report_only',),
+         'does not exist, so it holds no finished runs'),
     Case('changed_data_on_resume', TRAINED + ('--config.train.num_steps=4',),
          'changed since it started', workdir='trained_other_data'),
     Case('empty_workdir', ('train.py', '--config=configs/tiny.py', '--workdir= '),
