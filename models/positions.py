@@ -145,6 +145,9 @@ class PositionScheme(nnx.Module):
   # True: positions 0 .. model.max_length - 1 only (a learned table of that many rows): longer
   # inputs raise, and model.max_length shapes the parameters, so a fine-tune must keep it.
   has_max_length: ClassVar[bool] = False
+  # The model fields only this scheme reads: another scheme's run ignores their values (a saved
+  # run resumes, an ablation cell stays finished, when their defaults change).
+  fields: ClassVar[tuple[str, ...]] = ()
   # The Pallas TPU kernels (model.attention_impl) that compute this scheme exactly. Neither forms
   # the probabilities (no value term, no probability dropout); splash takes no logits bias,
   # pallas_flash one additive bias. Schemes that act on q, k or the embeddings fit both.
@@ -215,6 +218,13 @@ def reads_positions(name: str) -> bool:
   """Whether scheme ``name`` reads the position ids (``data.random_positions`` changes it); a
   name that is no scheme gives True, so that the config's validation is what reports it."""
   return name not in SCHEMES or SCHEMES[name].reads_positions
+
+
+def unread_fields(name: str) -> set[str]:
+  """The dotted model fields that only other schemes read (none for a name that is no scheme)."""
+  if name not in SCHEMES:
+    return set()
+  return {f'model.{f}' for s in SCHEMES.values() if s is not SCHEMES[name] for f in s.fields}
 
 
 def has_max_length(name: str) -> bool:
@@ -366,6 +376,7 @@ class Shaw(PerLayer):
   """Relative position representations on keys (and values), clipped at +-k, per layer (Shaw,
   Uszkoreit and Vaswani 2018)."""
 
+  fields = ('shaw_max_distance', 'shaw_values')
   pallas_kernels = ('pallas_flash',)  # the q.a^K term; the a^V term refuses Pallas (config)
 
   @classmethod
@@ -467,6 +478,7 @@ class T5(PairBias):
   """A learned scalar per (bucketed relative distance, head), shared by all layers (Raffel et
   al. 2020, section 2.1)."""
 
+  fields = ('t5_num_buckets', 't5_max_distance')
   pallas_kernels = ('pallas_flash',)
 
   def __init__(self, cfg, *, rngs: nnx.Rngs):
@@ -756,6 +768,8 @@ class Fire(PositionScheme):
   (the paper's FIRE-S). Relative (shift invariant) while the positions stay below L; beyond it
   the normaliser reads the query's position, so longer inputs interpolate into [-1, 1]."""
 
+  fields = ('fire_mlp_width', 'fire_threshold', 'fire_shared')
+
   def __init__(self, cfg, *, rngs: nnx.Rngs):
     self.blockwise = blockwise(cfg)
     self.shared = FireParams(cfg, rngs) if cfg.fire_shared else None
@@ -837,6 +851,7 @@ class Cope(PerLayer):
   """Contextual position encoding (Golovneva, Wang, Weston and Sukhbaatar 2024): positions count
   gated keys, so they depend on the content, never on the position ids; per-layer embeddings."""
 
+  fields = ('cope_npos',)
   reads_positions = False
   supports_chunked = False
 

@@ -13,7 +13,10 @@ from flax import nnx
 from configs.ablation import probes
 import models
 from models import positions
+import settings
 from training import trainer
+from training import validation
+from training.config import FIXED_ON_RESUME
 from training.config import run_config as typed
 
 
@@ -84,3 +87,14 @@ def test_cope_npos_follows_the_training_length_unless_set(run_config, length, np
   config = run_config(**{'model.position': 'cope', 'data.max_length': length,
                          'model.cope_npos': npos})
   assert typed(config).model_config().cope_npos == expected
+
+
+def test_changed_defaults_of_other_schemes_leave_a_run_resumable(run_config):
+  """A run saved before fire_threshold and cope_npos followed the training length (512, 65)
+  resumes, and its ablation cell stays finished, unless it is a FIRE (CoPE) run."""
+  now = typed(run_config())
+  saved = settings.replace(now, {'model.fire_threshold': 512.0, 'model.cope_npos': 65})
+  assert validation.config_differences(saved, now, FIXED_ON_RESUME) == []
+  as_fire = lambda c: settings.replace(c, {'model.position': 'fire'})
+  assert validation.config_differences(as_fire(saved), as_fire(now), FIXED_ON_RESUME) == [
+      'model.fire_threshold: saved 512.0 vs now 0.0']

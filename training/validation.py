@@ -107,10 +107,13 @@ def has_checkpoints(workdir: str) -> bool:
 
 
 def config_differences(saved: RunConfig, config: RunConfig, fields: Sequence[str]) -> list[str]:
-  """'field: saved X vs now Y' for every one of the dotted ``fields`` that differs."""
+  """'field: saved X vs now Y' for every one of the dotted ``fields`` that differs, bar the fields
+  of schemes the run does not use."""
   saved_values, current = flatten(settings.to_dict(saved)), flatten(settings.to_dict(config))
+  unread = (models.unread_fields(saved.model.position)
+            if saved.model.position == config.model.position else set())
   return [f'{k}: saved {saved_values[k]!r} vs now {current[k]!r}'
-          for k in sorted(fields) if saved_values[k] != current[k]]
+          for k in sorted(fields) if k not in unread and saved_values[k] != current[k]]
 
 
 def check_resume_compatible(config: RunConfig, workdir: str, fingerprint: dict[str, Any]) -> None:
