@@ -17,14 +17,17 @@ report from finished runs without training. A bad config or argument ends with s
 paragraph naming the problem and the fix (experiments/cli.py), before any run starts.
 """
 
+import os
 import shlex
 import sys
+import time
 
 from absl import flags
 from ml_collections import config_flags
 
 from experiments import ablation
 from experiments import cli
+from experiments import report
 import storage
 from training import distributed
 from training import trainer
@@ -50,10 +53,14 @@ def main(_):
   cells = grid.cells(FLAGS.config, FLAGS.workdir, FLAGS.only)
   distributed.initialize_from_flags()
   if FLAGS.report_only and grid.report:
-    print(grid.report(FLAGS.config, FLAGS.workdir, cells, command=command))
+    md = grid.report(FLAGS.config, FLAGS.workdir, cells, command=command)
+    print(report.terminal_summary(md, os.path.join(FLAGS.workdir, 'report.md')))
     return
   trainer.setup_runtime(FLAGS.config, quiet=not FLAGS['verbosity'].present)
-  print(grid.run(FLAGS.config, FLAGS.workdir, cells, command=command, fresh=FLAGS.fresh))
+  started = time.perf_counter()
+  md = grid.run(FLAGS.config, FLAGS.workdir, cells, command=command, fresh=FLAGS.fresh)
+  print(report.terminal_summary(md, os.path.join(FLAGS.workdir, 'report.md'),
+                                time.perf_counter() - started))
 
 
 if __name__ == '__main__':

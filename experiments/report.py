@@ -441,6 +441,27 @@ def write_report(out_dir: str, runs: Sequence[Run], *, command: str, config_json
   return md
 
 
+def terminal_summary(md: str, path: str, seconds: float | None = None) -> str:
+  """What a terminal shows of a report: each section's first table (the results), then where
+  the whole report is and the wall time; a user scrolling back finds the results, not the config."""
+  out, section, in_table = [], None, False
+  for line in md.splitlines():
+    if line.startswith('## '):
+      section, in_table = (None if line == '## Config' else line), False
+    elif section and line.startswith('|'):
+      if not in_table:
+        out += ['', section, '']
+      out.append(line)
+      in_table = True
+    elif in_table:
+      section, in_table = None, False  # only each section's first table
+  out += ['', 'Mean ± std over seeds; †: the seeds split (the report says how).',
+          f'The whole report (every comparison, CIs, budgets, config): {path}']
+  if seconds is not None:
+    out.append(f'Wall time: {int(seconds // 60)} min {round(seconds % 60)} s.')
+  return '\n'.join(out).lstrip('\n')
+
+
 def write_csv(path: str, rows: Sequence[dict[str, Any]],
                fields: Sequence[str] | None = None) -> None:
   """``rows`` as CSV, with ``fields`` (default: the first row's keys) as columns."""

@@ -258,7 +258,19 @@ def ablation_workdir(tmp_path_factory, tfds_dir):
   proc = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True,
                         timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
+  assert proc.stdout.strip().splitlines()[-1].startswith('Wall time: ')  # the terminal's last line
   return workdir
+
+
+def test_ablate_prints_the_results_table_and_the_reports_path_not_the_config(ablation_workdir,
+                                                                             tfds_dir):
+  argv = [a.format(W=ablation_workdir, D=tfds_dir) for a in ABLATED] + ['--report_only']
+  proc = entry.run(argv)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  lines = proc.stdout.strip().splitlines()
+  assert lines[-1].endswith(os.path.join(ablation_workdir, 'report.md'))
+  assert any(line.startswith('| alibi |') for line in lines)
+  assert '"position"' not in proc.stdout and '## Config' not in proc.stdout
 
 
 def snapshot(path: str) -> dict[str, str]:
