@@ -161,6 +161,16 @@ class PositionScheme(nnx.Module):
   def check(cls, cfg) -> None:
     """Raises ValueError for options that this scheme cannot use."""
 
+  # The projection of the (pure dict) parameters after each optimizer update, or None.
+  project: ClassVar[Callable[[dict], dict] | None] = None
+
+  @classmethod
+  def learned(cls, cfg, params: dict) -> dict:
+    """What a run's summary records of the scheme's learned settings (none here); ``params``
+    may live on devices: read only the leaves recorded."""
+    del cfg, params
+    return {}
+
   def embed(self, x_BxLxE: jax.Array, positions_BxL: jax.Array) -> jax.Array:
     """Adds absolute position information to the token embeddings."""
     del positions_BxL
@@ -235,13 +245,12 @@ def has_max_length(name: str) -> bool:
 
 def projection(cfg) -> Callable[[dict], dict] | None:
   """The scheme's projection of the parameters after each update (KERPLE's clamp), or None."""
-  return getattr(SCHEMES[cfg.position], 'project', None)
+  return SCHEMES[cfg.position].project
 
 
 def learned(cfg, params: dict) -> dict:
   """What the summary records of the scheme's learned settings (FIRE's c and L), or {}."""
-  scheme = SCHEMES[cfg.position]
-  return scheme.learned(cfg, params) if hasattr(scheme, 'learned') else {}
+  return SCHEMES[cfg.position].learned(cfg, params)
 
 
 def build(cfg, *, rngs: nnx.Rngs) -> PositionScheme:
@@ -789,7 +798,8 @@ class Fire(PositionScheme):
     fires = sorted(path[:-1] for path in flat if path[-1] == 'threshold_scale')
     c_FxN = np.abs([np.asarray(flat[path + ('c',)]) for path in fires])
     scale_FxN = np.abs([np.asarray(flat[path + ('threshold_scale',)]) for path in fires])
-    return {'fire_c': c_FxN.T.tolist(), 'fire_threshold': (scale_FxN * cfg.fire_threshold).T.tolist()}
+    return {'fire_c': c_FxN.T.tolist(),
+            'fire_threshold': (scale_FxN * cfg.fire_threshold).T.tolist()}
 
   def prepare(self, positions_BxL: jax.Array) -> PositionContext:
     if self.shared is None:

@@ -249,7 +249,7 @@ def _summarize(run: _Run, state: Any, last_eval: dict | None) -> dict[str, Any]:
       'step_time_s': run.writer.step_time(),
       'seconds': run.seconds,
       'skipped_updates': np.asarray(jax.device_get(state.skipped)).tolist(),
-      **positions.learned(exp.model_config, jax.device_get(state.params)),
+      **positions.learned(exp.model_config, state.params),  # reads only its own leaves
   }
   if jax.process_index() == 0:
     storage.write_json(os.path.join(run.workdir, SUMMARY_FILE), summary)
